@@ -1,0 +1,39 @@
+# jobguard: one user intent, one job.  PGXS build of the extension.
+#
+#   make && make install      build and install into the PostgreSQL that
+#                             $(PG_CONFIG) names
+#   make test                 set up everything on a fresh Debian machine, then
+#                             run every suite against a throwaway cluster
+#   make demo                 the same set-up, then the double-click story
+
+EXTENSION   = jobguard
+MODULE_big  = jobguard
+OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o
+DATA        = jobguard--1.0.sql
+PGFILEDESC  = "jobguard - one job per user intent"
+
+REGRESS      = submit
+REGRESS_OPTS = --load-extension=jobguard
+
+ISOLATION      = double_click
+ISOLATION_OPTS = --load-extension=jobguard
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
+
+ifneq ($(wildcard $(PGXS)),)
+include $(PGXS)
+else
+# No server development files yet: only the targets that install them work.
+all install installcheck:
+	@echo "jobguard: PostgreSQL server development files not found (is $(PG_CONFIG) on PATH?)." >&2
+	@echo "jobguard: 'make test' or 'make demo' install them on Debian, or: apt-get install postgresql-server-dev-15" >&2
+	@exit 1
+endif
+
+.PHONY: test demo
+test:
+	@scripts/run-tests
+
+demo:
+	@scripts/run-demo

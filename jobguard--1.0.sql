@@ -1,0 +1,317 @@
+/* jobguard--1.0.sql: the tables, views and functions of jobguard 1.0 */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION jobguard" to load this file. \quit
+
+/*
+ * A job is the durable record of what an owner wants.  The unique
+ * constraint on (owner_id, idempotency_key) is what makes a double-click one
+ * job: submit() relies on it instead of checking first.  version and the
+ * result slot (completed_by, result, completed_at) are written only by the
+ * compare-and-swap in finish_attempt() and by cancel_job().  fillfactor
+ * leaves room so that the finishing UPDATE, which touches no indexed column,
+ * can stay on the same page (a HOT update).
+ */
+CREATE TABLE jobguard.jobs (
+	id				bigserial PRIMARY KEY,
+	owner_id		text NOT NULL,
+	idempotency_key text NOT NULL,
+	operation		text NOT NULL,
+	params			jsonb NOT NULL,
+	provider		text NOT NULL,
+	max_attempts	integer,
+	version			bigint NOT NULL DEFAULT 1,
+	completed_by	bigint,
+	result			jsonb,
+	created_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	completed_at	timestamptz,
+	cancelled_at	timestamptz,
+	cancel_reason	text,
+	CONSTRAINT jobs_owner_key_unique UNIQUE (owner_id, idempotency_key),
+	CONSTRAINT jobs_owner_id_length CHECK (pg_catalog.char_length(owner_id) BETWEEN 1 AND 255),
+	CONSTRAINT jobs_idempotency_key_length CHECK (pg_catalog.char_length(idempotency_key) BETWEEN 1 AND 255),
+	CONSTRAINT jobs_operation_length CHECK (pg_catalog.char_length(operation) BETWEEN 1 AND 63),
+	CONSTRAINT jobs_provider_length CHECK (pg_catalog.char_length(provider) BETWEEN 1 AND 63),
+	CONSTRAINT jobs_max_attempts_positive CHECK (max_attempts >= 1),
+	CONSTRAINT jobs_version_positive CHECK (version >= 1),
+	CONSTRAINT jobs_result_slot CHECK ((completed_by IS NULL) = (completed_at IS NULL)
+									   AND (completed_by IS NULL) = (result IS NULL)),
+	CONSTRAINT jobs_cancel_fields CHECK ((cancelled_at IS NULL) = (cancel_reason IS NULL)),
+	CONSTRAINT jobs_won_or_cancelled CHECK (completed_by IS NULL OR cancelled_at IS NULL)
+) WITH (fillfactor = 85);
+
+COMMENT ON TABLE jobguard.jobs IS 'one row per (owner_id, idempotency_key): what the owner wants, and its single result slot';
+
+/*
+ * An attempt is one try at a job against one provider.  attempt_no counts
+ * 1, 2, ... per job.  The partial unique index is the backstop of the gate:
+ * at most one open (started or unknown) attempt per job, whatever happens in
+ * code.  begin_attempt() itself serializes on the job row, so callers get
+ * JG002 rather than a unique violation.
+ */
+CREATE TABLE jobguard.attempts (
+	id				bigserial PRIMARY KEY,
+	job_id			bigint NOT NULL REFERENCES jobguard.jobs (id) ON DELETE CASCADE,
+	attempt_no		integer NOT NULL,
+	provider		text NOT NULL,
+	state			text NOT NULL DEFAULT 'started',
+	read_version	bigint NOT NULL,
+	attempt_key		text,
+	started_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	deadline		timestamptz NOT NULL,
+	finished_at		timestamptz,
+	error			text,
+	lost_to			bigint,
+	lost_result		jsonb,
+	cancelled_at	timestamptz,
+	cancel_reason	text,
+	CONSTRAINT attempts_job_attempt_no_unique UNIQUE (job_id, attempt_no),
+	CONSTRAINT attempts_attempt_no_positive CHECK (attempt_no >= 1),
+	CONSTRAINT attempts_state_valid CHECK (state IN ('started', 'unknown', 'cancelled',
+													 'succeeded', 'lost', 'failed')),
+	CONSTRAINT attempts_deadline_after_start CHECK (deadline > started_at),
+	CONSTRAINT attempts_failed_has_error CHECK ((state = 'failed') = (error IS NOT NULL)),
+	CONSTRAINT attempts_lost_has_result CHECK ((state = 'lost') = (lost_result IS NOT NULL)),
+	CONSTRAINT attempts_lost_to_only_when_lost CHECK (lost_to IS NULL OR state = 'lost'),
+	CONSTRAINT attempts_cancel_fields CHECK ((cancelled_at IS NULL) = (cancel_reason IS NULL))
+);
+
+CREATE UNIQUE INDEX attempts_one_open_per_job
+	ON jobguard.attempts (job_id)
+	WHERE state IN ('started', 'unknown');
+
+COMMENT ON TABLE jobguard.attempts IS 'tries at a job, one per provider call; at most one open (started or unknown) per job';
+COMMENT ON INDEX jobguard.attempts_one_open_per_job IS 'the gate''s backstop: at most one open attempt per job';
+
+/*
+ * Operations with an output contract.  contract_version comes from one
+ * sequence for all operations, so a value is never reused: backends cache
+ * compiled contracts by (operation, contract_version) and a redefinition is
+ * seen by the next finish that reads the row.
+ */
+CREATE SEQUENCE jobguard.contract_version_seq;
+
+CREATE TABLE jobguard.operations (
+	operation		text PRIMARY KEY,
+	output_contract jsonb NOT NULL,
+	contract_version bigint NOT NULL,
+	defined_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT operations_operation_length CHECK (pg_catalog.char_length(operation) BETWEEN 1 AND 63)
+);
+
+COMMENT ON TABLE jobguard.operations IS 'output contracts: what a result of an operation must look like';
+
+/*
+ * Providers certified as fallbacks for an operation, with the evidence.  A
+ * revoked certification keeps its row (revoked_at set) so that the history
+ * of who was trusted, when and why stays readable.
+ */
+CREATE TABLE jobguard.certifications (
+	operation		text NOT NULL,
+	provider		text NOT NULL,
+	evidence		jsonb,
+	certified_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	revoked_at		timestamptz,
+	PRIMARY KEY (operation, provider),
+	CONSTRAINT certifications_operation_length CHECK (pg_catalog.char_length(operation) BETWEEN 1 AND 63),
+	CONSTRAINT certifications_provider_length CHECK (pg_catalog.char_length(provider) BETWEEN 1 AND 63)
+);
+
+COMMENT ON TABLE jobguard.certifications IS 'providers proven to honour an operation''s contract (revoked_at NULL = certified)';
+
+/*
+ * The state of an attempt as every rule sees it: a started attempt whose
+ * deadline has passed is unknown, before anything writes that down.  This is
+ * the one place that rule is written; the views and the C code both call it.
+ */
+CREATE FUNCTION jobguard.attempt_state(state text, deadline timestamptz)
+RETURNS text
+LANGUAGE sql STABLE PARALLEL SAFE
+RETURN CASE WHEN state = 'started' AND deadline <= pg_catalog.now()
+			THEN 'unknown' ELSE state END;
+
+COMMENT ON FUNCTION jobguard.attempt_state(text, timestamptz) IS 'effective attempt state: started past its deadline is unknown';
+
+-- Every attempt with its effective state, for inspection.
+CREATE VIEW jobguard.attempt_overview AS
+SELECT a.id AS attempt_id,
+	   a.job_id,
+	   a.attempt_no,
+	   a.provider,
+	   jobguard.attempt_state(a.state, a.deadline) AS state,
+	   a.read_version,
+	   a.attempt_key,
+	   a.started_at,
+	   a.deadline,
+	   a.finished_at,
+	   a.error,
+	   a.lost_to,
+	   a.lost_result,
+	   a.cancelled_at,
+	   a.cancel_reason
+  FROM jobguard.attempts a;
+
+COMMENT ON VIEW jobguard.attempt_overview IS 'every attempt with its effective state (started past deadline shows as unknown)';
+
+/*
+ * Every job with its derived state.  The state is computed here and only
+ * here (job_state() and job() read this view): succeeded, cancelled, then the
+ * latest attempt decides (an open attempt is always the latest one, because
+ * a new attempt can only begin once the previous one is closed).
+ */
+CREATE VIEW jobguard.job_overview AS
+SELECT j.id AS job_id,
+	   j.owner_id,
+	   j.idempotency_key,
+	   j.operation,
+	   j.provider,
+	   j.params,
+	   j.max_attempts,
+	   CASE
+		   WHEN j.completed_by IS NOT NULL THEN 'succeeded'
+		   WHEN j.cancelled_at IS NOT NULL THEN 'cancelled'
+		   WHEN last.state = 'unknown' THEN 'unknown'
+		   WHEN last.state = 'started' THEN 'running'
+		   WHEN j.max_attempts IS NOT NULL
+				AND COALESCE(last.attempt_no, 0) >= j.max_attempts THEN 'failed'
+		   ELSE 'pending'
+	   END AS state,
+	   j.version,
+	   COALESCE(last.attempt_no, 0) AS attempts,
+	   j.completed_by,
+	   j.result,
+	   j.created_at,
+	   j.completed_at,
+	   j.cancelled_at
+  FROM jobguard.jobs j
+  LEFT JOIN LATERAL (
+	   SELECT a.attempt_no, jobguard.attempt_state(a.state, a.deadline) AS state
+		 FROM jobguard.attempts a
+		WHERE a.job_id = j.id
+		ORDER BY a.attempt_no DESC
+		LIMIT 1) last ON true;
+
+COMMENT ON VIEW jobguard.job_overview IS 'every job with its derived state, for psql inspection';
+
+-- Providers and their certification status per operation.
+CREATE VIEW jobguard.certification_overview AS
+SELECT c.operation,
+	   c.provider,
+	   c.revoked_at IS NULL AS certified,
+	   c.evidence,
+	   c.certified_at,
+	   c.revoked_at,
+	   o.output_contract IS NOT NULL AS operation_has_contract
+  FROM jobguard.certifications c
+  LEFT JOIN jobguard.operations o ON o.operation = c.operation;
+
+COMMENT ON VIEW jobguard.certification_overview IS 'which providers are certified for which operation, since when, with what evidence';
+
+---------------------------------------------------------------------------
+-- Writing functions: the only doors to the tables.
+---------------------------------------------------------------------------
+
+CREATE FUNCTION jobguard.submit(owner_id text,
+								idempotency_key text,
+								operation text,
+								params jsonb,
+								provider text,
+								max_attempts integer DEFAULT NULL,
+								OUT job_id bigint,
+								OUT created boolean)
+RETURNS record
+AS 'MODULE_PATHNAME', 'jobguard_submit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.submit(text, text, text, jsonb, text, integer) IS 'create the job for (owner_id, idempotency_key), or return the existing one for the same request';
+
+CREATE FUNCTION jobguard.begin_attempt(job_id bigint,
+									   provider text DEFAULT NULL,
+									   timeout interval DEFAULT '30 seconds',
+									   attempt_key text DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobguard_begin_attempt'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.begin_attempt(bigint, text, interval, text) IS 'start the next attempt of a job, unless one is still open';
+
+CREATE FUNCTION jobguard.finish_attempt(attempt_id bigint, result jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_finish_attempt'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.finish_attempt(bigint, jsonb) IS 'report a result: won, lost (another attempt won) or rejected (breaks the output contract)';
+
+CREATE FUNCTION jobguard.fail_attempt(attempt_id bigint, error text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_fail_attempt'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.fail_attempt(bigint, text) IS 'report that an attempt failed; opens the gate for the next one';
+
+CREATE FUNCTION jobguard.mark_unknown(attempt_id bigint)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_mark_unknown'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.mark_unknown(bigint) IS 'record that a caller saw a timeout: the attempt is unknown, not failed';
+
+CREATE FUNCTION jobguard.cancel_attempt(attempt_id bigint, reason text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_cancel_attempt'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.cancel_attempt(bigint, text) IS 'stop waiting for an open attempt (out of band); its late result still goes through the compare-and-swap';
+
+CREATE FUNCTION jobguard.cancel_job(job_id bigint, reason text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_cancel_job'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.cancel_job(bigint, text) IS 'cancel a job: no new attempts, later results lose';
+
+CREATE FUNCTION jobguard.define_operation(operation text, output_contract jsonb)
+RETURNS void
+AS 'MODULE_PATHNAME', 'jobguard_define_operation'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.define_operation(text, jsonb) IS 'set or replace the output contract of an operation';
+
+CREATE FUNCTION jobguard.certify_provider(operation text, provider text, evidence jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'jobguard_certify_provider'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.certify_provider(text, text, jsonb) IS 'record that a provider passed its contract tests for an operation';
+
+CREATE FUNCTION jobguard.revoke_provider(operation text, provider text)
+RETURNS void
+AS 'MODULE_PATHNAME', 'jobguard_revoke_provider'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.revoke_provider(text, text) IS 'withdraw a provider''s certification for an operation';
+
+---------------------------------------------------------------------------
+-- Reading functions.
+---------------------------------------------------------------------------
+
+CREATE FUNCTION jobguard.job_state(job_id bigint)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_job_state'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION jobguard.job_state(bigint) IS 'the derived state of a job: pending, running, unknown, succeeded, failed or cancelled';
+
+CREATE FUNCTION jobguard.job(job_id bigint)
+RETURNS jobguard.job_overview
+AS 'MODULE_PATHNAME', 'jobguard_job'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION jobguard.job(bigint) IS 'one job with its derived state';
+
+CREATE FUNCTION jobguard.attempts_of(job_id bigint)
+RETURNS SETOF jobguard.attempt_overview
+AS 'MODULE_PATHNAME', 'jobguard_attempts_of'
+LANGUAGE C STABLE PARALLEL SAFE;
+
+COMMENT ON FUNCTION jobguard.attempts_of(bigint) IS 'the attempts of one job, in order';

@@ -1,0 +1,95 @@
+# scripts/common.sh: the set-up shared by 'make test', 'make demo' and
+# 'make bench' — install what is missing, build, install, and run a
+# throwaway PostgreSQL cluster that is removed again on exit.
+#
+# Source it; it defines functions and sets ROOT, PG_MAJOR, PGBIN, PG_CONFIG.
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PG_MAJOR=${PG_MAJOR:-15}
+PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PG_CONFIG=$PGBIN/pg_config
+CLUSTER_DIR=
+
+# as_root: run a command as root (directly, or through sudo).
+as_root() {
+	if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# ensure_packages [extra...]: install the Debian packages jobguard needs
+# (and any extra ones named) that are not installed yet.
+ensure_packages() {
+	local p missing=()
+	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
+		libipc-run-perl "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+			missing+=("$p")
+	done
+	[ ${#missing[@]} -eq 0 ] && return 0
+	echo "jobguard: installing Debian packages: ${missing[*]}"
+	as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	as_root env DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# build_and_install: compile jobguard and install it into PostgreSQL.
+# PG_CFLAGS (e.g. -Werror in CI) is passed through when set.
+build_and_install() {
+	echo "jobguard: building and installing"
+	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" ${PG_CFLAGS:+PG_CFLAGS="$PG_CFLAGS"}
+	as_root make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" install
+}
+
+# free_port: print a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+	local p
+	for p in $(shuf -i 20000-60000 -n 100); do
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	echo "jobguard: no free port found" >&2
+	return 1
+}
+
+# as_cluster_owner: run a command as the cluster's owner.  initdb refuses to
+# run as root, so root runs the server as the postgres user.
+as_cluster_owner() {
+	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# start_cluster [postgres -c options...]: initdb and start a throwaway
+# cluster in a temporary directory on a free port; export PGHOST, PGPORT,
+# PGUSER and PGDATABASE for it; remove it on exit, also when interrupted.
+start_cluster() {
+	CLUSTER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/jobguard.XXXXXX")
+	chmod 755 "$CLUSTER_DIR"
+	[ "$(id -u)" = 0 ] && chown postgres: "$CLUSTER_DIR"
+	trap stop_cluster EXIT
+	trap 'exit 130' INT TERM HUP
+
+	if ! as_cluster_owner "$PGBIN/initdb" -D "$CLUSTER_DIR/data" -A trust -U postgres \
+		-E UTF8 --locale=C.UTF-8 --no-sync >"$CLUSTER_DIR/initdb.log" 2>&1; then
+		cat "$CLUSTER_DIR/initdb.log" >&2
+		return 1
+	fi
+	PGPORT=$(free_port)
+	local opts="-p $PGPORT -k $CLUSTER_DIR -c listen_addresses=127.0.0.1 -c fsync=off"
+	local o
+	for o in "$@"; do opts="$opts -c $o"; done
+	if ! as_cluster_owner "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" \
+		-w -t 60 -o "$opts" start >/dev/null; then
+		cat "$CLUSTER_DIR/server.log" >&2
+		return 1
+	fi
+	export PGHOST=$CLUSTER_DIR PGPORT PGUSER=postgres PGDATABASE=postgres
+	echo "jobguard: throwaway cluster on port $PGPORT in $CLUSTER_DIR"
+}
+
+# stop_cluster: stop the throwaway cluster and remove its directory.
+stop_cluster() {
+	[ -n "$CLUSTER_DIR" ] || return 0
+	as_cluster_owner "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -m fast -w stop >/dev/null 2>&1 || true
+	rm -rf "$CLUSTER_DIR"
+	CLUSTER_DIR=
+}

@@ -1,0 +1,668 @@
+/*-------------------------------------------------------------------------
+ *
+ * jobguard.c
+ *	  The SQL-callable functions of jobguard: argument checks, then the
+ *	  steps of each call in order, delegating table access to store.c, the
+ *	  state rules to states.c and result validation to contract.c.
+ *
+ * Every function checks all of its arguments before it touches a table, so
+ * a refused call writes nothing.  Required arguments that are NULL raise
+ * 22004 naming the argument; the functions are not STRICT, which would
+ * silently return NULL instead.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+
+#include "contract.h"
+#include "errcodes.h"
+#include "jobguard.h"
+
+PG_MODULE_MAGIC;
+
+/* Longest owner_id, idempotency_key and attempt_key, in characters. */
+#define MAX_KEY_CHARS 255
+/* Longest operation and provider name, in characters. */
+#define MAX_NAME_CHARS 63
+/* For text_arg: any length, but not empty (error messages, reasons). */
+#define UNLIMITED_CHARS INT_MAX
+
+/*
+ * How often submit() retries when the job it conflicted with is gone before
+ * it could be read (removed by a concurrent purge).
+ */
+#define SUBMIT_MAX_TRIES 3
+
+PG_FUNCTION_INFO_V1(jobguard_submit);
+PG_FUNCTION_INFO_V1(jobguard_begin_attempt);
+PG_FUNCTION_INFO_V1(jobguard_finish_attempt);
+PG_FUNCTION_INFO_V1(jobguard_fail_attempt);
+PG_FUNCTION_INFO_V1(jobguard_mark_unknown);
+PG_FUNCTION_INFO_V1(jobguard_cancel_attempt);
+PG_FUNCTION_INFO_V1(jobguard_cancel_job);
+PG_FUNCTION_INFO_V1(jobguard_job_state);
+PG_FUNCTION_INFO_V1(jobguard_job);
+PG_FUNCTION_INFO_V1(jobguard_attempts_of);
+PG_FUNCTION_INFO_V1(jobguard_define_operation);
+PG_FUNCTION_INFO_V1(jobguard_certify_provider);
+PG_FUNCTION_INFO_V1(jobguard_revoke_provider);
+
+/*
+ * require_arg: raise 22004 naming the argument if it is NULL.  A NULL
+ * owner, key or result is a caller bug, never something to answer with NULL.
+ */
+static void
+require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" of jobguard.%s() must not be null",
+						name, get_func_name(fcinfo->flinfo->fn_oid))));
+}
+
+/*
+ * text_arg: a text argument that must be present and 1 to max_chars
+ * characters long; returns it detoasted, as a Datum for store.c.
+ */
+static Datum
+text_arg(FunctionCallInfo fcinfo, int argno, const char *name, int max_chars)
+{
+	text	   *t;
+	int			chars;
+
+	require_arg(fcinfo, argno, name);
+	t = PG_GETARG_TEXT_PP(argno);
+	chars = pg_mbstrlen_with_len(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	if (max_chars == UNLIMITED_CHARS && chars < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must not be empty", name)));
+	if (chars < 1 || chars > max_chars)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be 1 to %d characters long",
+						name, max_chars),
+				 errdetail("It is %d characters long.", chars)));
+	return PointerGetDatum(t);
+}
+
+/* optional_text_arg: like text_arg, but NULL is allowed (*isnull set). */
+static Datum
+optional_text_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+				  int max_chars, bool *isnull)
+{
+	*isnull = PG_ARGISNULL(argno);
+	if (*isnull)
+		return (Datum) 0;
+	return text_arg(fcinfo, argno, name, max_chars);
+}
+
+/* int64_arg: a required bigint argument (a job or attempt id). */
+static int64
+int64_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	require_arg(fcinfo, argno, name);
+	return PG_GETARG_INT64(argno);
+}
+
+/* jsonb_arg: a required jsonb argument, detoasted. */
+static Datum
+jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	require_arg(fcinfo, argno, name);
+	return PointerGetDatum(PG_GETARG_JSONB_P(argno));
+}
+
+/* jsonb_equal: jsonb equality (key order and number spelling ignored). */
+static bool
+jsonb_equal(Datum a, Datum b)
+{
+	return DatumGetBool(DirectFunctionCall2(jsonb_eq, a, b));
+}
+
+/*
+ * result_tupdesc: the blessed row descriptor of a function returning a
+ * composite, built on the first call of a query and kept in fn_extra, since
+ * building it per row costs more than the call itself.
+ */
+static TupleDesc
+result_tupdesc(FunctionCallInfo fcinfo)
+{
+	TupleDesc	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
+
+	if (desc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "jobguard: function returning a row called in a context that cannot accept one");
+		desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		MemoryContextSwitchTo(old);
+		fcinfo->flinfo->fn_extra = desc;
+	}
+	return desc;
+}
+
+/* text_result: a text Datum of a C string constant. */
+static Datum
+text_result(const char *s)
+{
+	return PointerGetDatum(cstring_to_text(s));
+}
+
+/*
+ * describe_mismatch: "operation, params and provider" — the parts of a
+ * replayed request that differ from the stored job, for JG001's DETAIL.
+ */
+static char *
+describe_mismatch(const SubmitMatch *m)
+{
+	const char *parts[4];
+	int			n = 0;
+	StringInfoData buf;
+
+	if (!m->same_operation)
+		parts[n++] = "operation";
+	if (!m->same_params)
+		parts[n++] = "params";
+	if (!m->same_provider)
+		parts[n++] = "provider";
+	if (!m->same_max_attempts)
+		parts[n++] = "max_attempts";
+
+	initStringInfo(&buf);
+	for (int i = 0; i < n; i++)
+	{
+		if (i > 0)
+			appendStringInfoString(&buf, i == n - 1 ? " and " : ", ");
+		appendStringInfoString(&buf, parts[i]);
+	}
+	return buf.data;
+}
+
+/*
+ * jobguard.submit(owner_id, idempotency_key, operation, params, provider,
+ *				   max_attempts) -> (job_id, created)
+ *
+ * Insert first and let the unique constraint decide; only a conflicting
+ * insert reads the existing job and compares the request with it.  Under
+ * READ COMMITTED a concurrent duplicate waits for the first inserter and
+ * then sees its job; under REPEATABLE READ it gets a serialization failure.
+ */
+Datum
+jobguard_submit(PG_FUNCTION_ARGS)
+{
+	Datum		owner_id = text_arg(fcinfo, 0, "owner_id", MAX_KEY_CHARS);
+	Datum		idempotency_key = text_arg(fcinfo, 1, "idempotency_key", MAX_KEY_CHARS);
+	Datum		operation = text_arg(fcinfo, 2, "operation", MAX_NAME_CHARS);
+	Datum		params = jsonb_arg(fcinfo, 3, "params");
+	Datum		provider = text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS);
+	bool		max_attempts_null = PG_ARGISNULL(5);
+	Datum		max_attempts = max_attempts_null ? (Datum) 0 : PG_GETARG_DATUM(5);
+	TupleDesc	desc = result_tupdesc(fcinfo);
+	int64		job_id = 0;
+	bool		created = false;
+	Datum		columns[2];
+	bool		nulls[2] = {false, false};
+
+	if (!max_attempts_null && DatumGetInt32(max_attempts) < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"max_attempts\" must be at least 1 or null"),
+				 errdetail("It is %d.", DatumGetInt32(max_attempts))));
+
+	store_connect();
+	for (int tries = 1;; tries++)
+	{
+		SubmitMatch match;
+
+		if (store_insert_job(owner_id, idempotency_key, operation, params,
+							 provider, max_attempts, max_attempts_null, &job_id))
+		{
+			created = true;
+			break;
+		}
+		if (store_match_job(owner_id, idempotency_key, operation, params,
+							provider, max_attempts, max_attempts_null, &match))
+		{
+			if (!match.same_operation || !match.same_params ||
+				!match.same_provider || !match.same_max_attempts)
+				ereport(ERROR,
+						(errcode(ERRCODE_JG_IDEMPOTENCY_KEY_REUSED),
+						 errmsg("idempotency key \"%s\" of owner \"%s\" was already used for a different request",
+								TextDatumGetCString(idempotency_key),
+								TextDatumGetCString(owner_id)),
+						 errdetail("Job %lld was submitted with this key; this request differs in %s.",
+								   (long long) match.job_id, describe_mismatch(&match)),
+						 errhint("Use a new idempotency key for a new request, or resend the original request unchanged to get job %lld.",
+								 (long long) match.job_id)));
+			job_id = match.job_id;
+			break;
+		}
+		if (tries >= SUBMIT_MAX_TRIES)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not submit job for idempotency key \"%s\" of owner \"%s\"",
+							TextDatumGetCString(idempotency_key),
+							TextDatumGetCString(owner_id)),
+					 errdetail("The job for this key was removed concurrently %d times.", tries),
+					 errhint("Retry the call.")));
+	}
+	store_finish();
+
+	columns[0] = Int64GetDatum(job_id);
+	columns[1] = BoolGetDatum(created);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, columns, nulls)));
+}
+
+/*
+ * is_own_begin_replay: true when a begin names the key of the job's open
+ * attempt (and no other provider): a worker retrying its own begin after a
+ * lost response gets its attempt back instead of JG002.
+ */
+static bool
+is_own_begin_replay(const AttemptRow *last, const char *attempt_key,
+					const char *provider)
+{
+	return attempt_key != NULL &&
+		attempt_state_is_open(last->state) &&
+		last->attempt_key != NULL &&
+		strcmp(last->attempt_key, attempt_key) == 0 &&
+		(provider == NULL || strcmp(last->provider, provider) == 0);
+}
+
+/*
+ * jobguard.begin_attempt(job_id, provider, timeout, attempt_key) -> bigint
+ *
+ * Lock the job row, so concurrent begins of one job run one at a time, then
+ * apply the gate: closed job (JG003), open attempt (JG002), attempts used up
+ * (JG005), fallback provider not certified (JG004).  The partial unique
+ * index on open attempts is the backstop should any of this be bypassed.
+ */
+Datum
+jobguard_begin_attempt(PG_FUNCTION_ARGS)
+{
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+	bool		provider_null;
+	Datum		provider_arg = optional_text_arg(fcinfo, 1, "provider", MAX_NAME_CHARS, &provider_null);
+	Datum		timeout;
+	bool		attempt_key_null;
+	Datum		attempt_key = optional_text_arg(fcinfo, 3, "attempt_key", MAX_KEY_CHARS, &attempt_key_null);
+	char	   *provider = provider_null ? NULL : TextDatumGetCString(provider_arg);
+	char	   *key = attempt_key_null ? NULL : TextDatumGetCString(attempt_key);
+	JobRow		job;
+	AttemptRow	last;
+	bool		has_last;
+	int64		attempt_id;
+	Interval	zero_interval = {0};
+
+	require_arg(fcinfo, 2, "timeout");
+	timeout = PG_GETARG_DATUM(2);
+	if (!DatumGetBool(DirectFunctionCall2(interval_gt, timeout,
+										  IntervalPGetDatum(&zero_interval))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"timeout\" must be greater than zero"),
+				 errdetail("It is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out, timeout)))));
+
+	store_connect();
+	if (!store_lock_job(job_id, &job))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+				 errmsg("job %lld does not exist", (long long) job_id)));
+	has_last = store_last_attempt(job_id, &last);
+
+	if (has_last && is_own_begin_replay(&last, key, provider))
+	{
+		attempt_id = last.id;
+		store_finish();
+		PG_RETURN_INT64(attempt_id);
+	}
+
+	require_gate_open(&job, has_last ? &last : NULL);
+	require_attempts_left(&job, has_last ? &last : NULL);
+
+	if (provider == NULL)
+		provider = job.provider;
+	else if (strcmp(provider, job.provider) != 0 &&
+			 !store_provider_certified(job.operation, provider))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
+				 errmsg("provider \"%s\" is not certified for operation \"%s\"",
+						provider, job.operation),
+				 errdetail("Job %lld targets provider \"%s\"; a fallback provider must be certified for the job's operation.",
+						   (long long) job_id, job.provider),
+				 errhint("Certify it with jobguard.certify_provider() once it passes the operation's contract tests.")));
+
+	attempt_id = store_insert_attempt(&job, has_last ? last.attempt_no + 1 : 1,
+									  provider, timeout,
+									  attempt_key, attempt_key_null);
+	store_finish();
+	PG_RETURN_INT64(attempt_id);
+}
+
+/*
+ * lock_attempt: lock an attempt row and read it, or raise JG009.  Every
+ * call that changes an attempt goes through here first, so calls on one
+ * attempt run one at a time.
+ */
+static void
+lock_attempt(int64 attempt_id, AttemptRow *attempt)
+{
+	if (!store_lock_attempt(attempt_id, attempt))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_ATTEMPT_NOT_FOUND),
+				 errmsg("attempt %lld does not exist", (long long) attempt_id)));
+}
+
+/*
+ * require_same_report: a repeated finish of an attempt that already has an
+ * outcome must carry the result it reported before (JG007 otherwise), so a
+ * retried call is harmless but a changed result is never taken silently.
+ */
+static void
+require_same_report(const AttemptRow *attempt, Datum earlier, Datum result)
+{
+	if (!jsonb_equal(earlier, result))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_RESULT_MISMATCH),
+				 errmsg("attempt %lld of job %lld already reported a different result",
+						(long long) attempt->id, (long long) attempt->job_id),
+				 errdetail("The attempt %s with its first result; a reported result cannot change.",
+						   attempt->state == ATTEMPT_SUCCEEDED ? "won" : "lost")));
+}
+
+/*
+ * jobguard.finish_attempt(attempt_id, result) -> 'won' | 'lost' | 'rejected'
+ *
+ * Replays of a finished attempt answer as before.  A result that breaks the
+ * operation's contract fails the attempt and leaves the slot free.
+ * Otherwise the compare-and-swap decides: one updated row is a win; zero
+ * rows means another attempt won (or the job was cancelled), and the result
+ * is kept on the attempt only, never on the job.
+ */
+Datum
+jobguard_finish_attempt(PG_FUNCTION_ARGS)
+{
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Datum		result = jsonb_arg(fcinfo, 1, "result");
+	const char *outcome;
+	AttemptRow	attempt;
+	FinishJob	job;
+	int64		winner = 0;
+
+	store_connect();
+	lock_attempt(attempt_id, &attempt);
+	store_read_finish_job(attempt.job_id, &job);
+
+	if (attempt.state == ATTEMPT_SUCCEEDED)
+	{
+		require_same_report(&attempt, job.result, result);
+		outcome = "won";
+	}
+	else if (attempt.state == ATTEMPT_LOST)
+	{
+		require_same_report(&attempt, attempt.lost_result, result);
+		outcome = "lost";
+	}
+	else
+	{
+		char	   *violation = NULL;
+
+		require_transition(ACTION_FINISH, &attempt);
+		if (job.has_contract)
+			violation = contract_first_violation(contract_cache_get(job.operation,
+																	job.contract_version,
+																	job.contract),
+												 DatumGetJsonbP(result));
+		if (violation != NULL)
+		{
+			store_close_attempt(attempt_id, ATTEMPT_FAILED,
+								psprintf("result breaks the output contract of operation \"%s\": %s",
+										 job.operation, violation),
+								0, (Datum) 0);
+			outcome = "rejected";
+		}
+		else if (store_cas_finish(attempt.job_id, attempt.read_version,
+								  attempt_id, result))
+		{
+			store_close_attempt(attempt_id, ATTEMPT_SUCCEEDED, NULL, 0, (Datum) 0);
+			outcome = "won";
+		}
+		else
+		{
+			bool		has_winner = store_winner_of(attempt.job_id, &winner);
+
+			store_close_attempt(attempt_id, ATTEMPT_LOST, NULL,
+								has_winner ? winner : 0, result);
+			if (has_winner)
+				ereport(LOG,
+						(errmsg("jobguard: attempt %lld of job %lld lost the race to attempt %lld; its result was discarded",
+								(long long) attempt_id, (long long) attempt.job_id,
+								(long long) winner)));
+			else
+				ereport(LOG,
+						(errmsg("jobguard: attempt %lld of job %lld reported after the job was cancelled; its result was discarded",
+								(long long) attempt_id, (long long) attempt.job_id)));
+			outcome = "lost";
+		}
+	}
+	store_finish();
+	PG_RETURN_DATUM(text_result(outcome));
+}
+
+/*
+ * jobguard.fail_attempt(attempt_id, error) -> 'failed'
+ *
+ * The provider reported an error: the attempt is closed and the gate opens.
+ * (A timeout is not an error: use mark_unknown.)
+ */
+Datum
+jobguard_fail_attempt(PG_FUNCTION_ARGS)
+{
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Datum		error = text_arg(fcinfo, 1, "error", UNLIMITED_CHARS);
+	AttemptRow	attempt;
+
+	store_connect();
+	lock_attempt(attempt_id, &attempt);
+	require_transition(ACTION_FAIL, &attempt);
+	store_close_attempt(attempt_id, ATTEMPT_FAILED, TextDatumGetCString(error),
+						0, (Datum) 0);
+	store_finish();
+	PG_RETURN_DATUM(text_result("failed"));
+}
+
+/*
+ * jobguard.mark_unknown(attempt_id) -> 'unknown'
+ *
+ * A caller saw a timeout: write down that the outcome is unknown.  The gate
+ * stays closed; only a result, a failure or a cancel opens it.
+ */
+Datum
+jobguard_mark_unknown(PG_FUNCTION_ARGS)
+{
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	AttemptRow	attempt;
+
+	store_connect();
+	lock_attempt(attempt_id, &attempt);
+	require_transition(ACTION_MARK_UNKNOWN, &attempt);
+	if (attempt.stored_state != ATTEMPT_UNKNOWN)
+		store_mark_unknown(attempt_id);
+	store_finish();
+	PG_RETURN_DATUM(text_result("unknown"));
+}
+
+/*
+ * jobguard.cancel_attempt(attempt_id, reason) -> 'cancelled'
+ *
+ * An out-of-band decision to stop waiting for an open attempt: the gate
+ * opens for a fallback.  The provider may still finish; its result then
+ * goes through the compare-and-swap like any other.
+ */
+Datum
+jobguard_cancel_attempt(PG_FUNCTION_ARGS)
+{
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
+	AttemptRow	attempt;
+
+	store_connect();
+	lock_attempt(attempt_id, &attempt);
+	require_transition(ACTION_CANCEL, &attempt);
+	store_cancel_attempt(attempt_id, reason);
+	store_finish();
+	PG_RETURN_DATUM(text_result("cancelled"));
+}
+
+/*
+ * jobguard.cancel_job(job_id, reason) -> 'cancelled'
+ *
+ * Close the job without a result: its version is bumped, so every attempt
+ * begun before loses the compare-and-swap, and no new attempt may begin.
+ * Cancelling a cancelled job again changes nothing; a succeeded job cannot
+ * be cancelled (JG003).
+ */
+Datum
+jobguard_cancel_job(PG_FUNCTION_ARGS)
+{
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
+	JobRow		job;
+
+	store_connect();
+	if (!store_lock_job(job_id, &job))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+				 errmsg("job %lld does not exist", (long long) job_id)));
+	if (job.completed)
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_CLOSED),
+				 errmsg("job %lld has already succeeded and cannot be cancelled",
+						(long long) job_id),
+				 errdetail("Attempt %lld holds its result.", (long long) job.completed_by)));
+	if (!job.cancelled)
+		store_cancel_job(job_id, reason);
+	store_finish();
+	PG_RETURN_DATUM(text_result("cancelled"));
+}
+
+/* jobguard.job_state(job_id) -> the derived state of the job. */
+Datum
+jobguard_job_state(PG_FUNCTION_ARGS)
+{
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+	char	   *state;
+
+	store_connect();
+	if (!store_job_state(job_id, &state))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+				 errmsg("job %lld does not exist", (long long) job_id)));
+	store_finish();
+	PG_RETURN_DATUM(text_result(state));
+}
+
+/* jobguard.job(job_id) -> the job's row of job_overview. */
+Datum
+jobguard_job(PG_FUNCTION_ARGS)
+{
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+	TupleDesc	desc = result_tupdesc(fcinfo);
+	MemoryContext caller_cxt = CurrentMemoryContext;
+	Datum		row;
+
+	store_connect();
+	if (!store_job_overview(job_id, desc, caller_cxt, &row))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+				 errmsg("job %lld does not exist", (long long) job_id)));
+	store_finish();
+	PG_RETURN_DATUM(row);
+}
+
+/* jobguard.attempts_of(job_id) -> the job's attempts, in order. */
+Datum
+jobguard_attempts_of(PG_FUNCTION_ARGS)
+{
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+
+	InitMaterializedSRF(fcinfo, 0);
+	store_connect();
+	if (!store_attempts_of(job_id, (ReturnSetInfo *) fcinfo->resultinfo))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+				 errmsg("job %lld does not exist", (long long) job_id)));
+	store_finish();
+	return (Datum) 0;
+}
+
+/*
+ * jobguard.define_operation(operation, output_contract) -> void
+ *
+ * The contract is compiled here only to validate it (22023 naming the
+ * keyword and its path); finishes compile it again through the cache.
+ */
+Datum
+jobguard_define_operation(PG_FUNCTION_ARGS)
+{
+	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
+	Datum		contract = jsonb_arg(fcinfo, 1, "output_contract");
+
+	(void) contract_compile(TextDatumGetCString(operation),
+							DatumGetJsonbP(contract), CurrentMemoryContext);
+	store_connect();
+	store_define_operation(operation, contract);
+	store_finish();
+	PG_RETURN_VOID();
+}
+
+/* jobguard.certify_provider(operation, provider, evidence) -> void */
+Datum
+jobguard_certify_provider(PG_FUNCTION_ARGS)
+{
+	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
+	Datum		provider = text_arg(fcinfo, 1, "provider", MAX_NAME_CHARS);
+	bool		evidence_null = PG_ARGISNULL(2);
+	Datum		evidence = evidence_null ? (Datum) 0 : PG_GETARG_DATUM(2);
+
+	store_connect();
+	store_certify_provider(operation, provider, evidence, evidence_null);
+	store_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * jobguard.revoke_provider(operation, provider) -> void
+ *
+ * Revoking a provider that holds no certification is an error (JG004), so
+ * a misspelt name is noticed rather than silently doing nothing.
+ */
+Datum
+jobguard_revoke_provider(PG_FUNCTION_ARGS)
+{
+	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
+	Datum		provider = text_arg(fcinfo, 1, "provider", MAX_NAME_CHARS);
+
+	store_connect();
+	if (!store_revoke_provider(operation, provider))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
+				 errmsg("provider \"%s\" is not certified for operation \"%s\"",
+						TextDatumGetCString(provider), TextDatumGetCString(operation)),
+				 errhint("jobguard.certification_overview lists the certifications.")));
+	store_finish();
+	PG_RETURN_VOID();
+}

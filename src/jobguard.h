@@ -1,0 +1,141 @@
+/*-------------------------------------------------------------------------
+ *
+ * jobguard.h
+ *	  What the parts of jobguard share: the rows they pass around, the
+ *	  attempt states, and the functions of store.c (table access) and
+ *	  states.c (the state rules).
+ *
+ * jobguard.c holds the SQL-callable entry points and checks arguments;
+ * store.c is the only file that holds SQL; states.c decides which
+ * transitions are allowed; contract.c validates results.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBGUARD_H
+#define JOBGUARD_H
+
+#include "postgres.h"
+
+#include "funcapi.h"
+#include "utils/jsonb.h"
+#include "utils/timestamp.h"
+
+/* The attempt states of SPEC.md, in the order of the state table. */
+typedef enum AttemptState
+{
+	ATTEMPT_STARTED,
+	ATTEMPT_UNKNOWN,
+	ATTEMPT_CANCELLED,
+	ATTEMPT_SUCCEEDED,
+	ATTEMPT_LOST,
+	ATTEMPT_FAILED
+} AttemptState;
+
+#define ATTEMPT_STATE_COUNT (ATTEMPT_FAILED + 1)
+
+/* The calls that move an attempt from one state to another. */
+typedef enum AttemptAction
+{
+	ACTION_FINISH,
+	ACTION_FAIL,
+	ACTION_MARK_UNKNOWN,
+	ACTION_CANCEL
+} AttemptAction;
+
+/* A job row as begin_attempt() and cancel_job() need it. */
+typedef struct JobRow
+{
+	int64		id;
+	char	   *operation;
+	char	   *provider;
+	bool		has_max_attempts;
+	int32		max_attempts;
+	int64		version;
+	bool		completed;		/* the result slot is taken */
+	int64		completed_by;
+	bool		cancelled;
+} JobRow;
+
+/* An attempt row; state is the effective one (past deadline = unknown). */
+typedef struct AttemptRow
+{
+	int64		id;
+	int64		job_id;
+	int32		attempt_no;
+	char	   *provider;
+	AttemptState stored_state;
+	AttemptState state;
+	int64		read_version;
+	TimestampTz deadline;
+	char	   *attempt_key;	/* NULL when the caller gave none */
+	Datum		lost_result;	/* jsonb, valid only when state is lost */
+} AttemptRow;
+
+/* What finish_attempt() needs to know about the attempt's job. */
+typedef struct FinishJob
+{
+	char	   *operation;
+	bool		completed;
+	int64		completed_by;
+	Datum		result;			/* jsonb, valid only when completed */
+	bool		has_contract;
+	int64		contract_version;
+	Datum		contract;		/* jsonb, valid only when has_contract */
+} FinishJob;
+
+/* How an existing job compares with a replayed submit. */
+typedef struct SubmitMatch
+{
+	int64		job_id;
+	bool		same_operation;
+	bool		same_params;
+	bool		same_provider;
+	bool		same_max_attempts;
+} SubmitMatch;
+
+/* states.c: the state table and the gate */
+extern AttemptState attempt_state_from_name(const char *name);
+extern const char *attempt_state_name(AttemptState state);
+extern bool attempt_state_is_open(AttemptState state);
+extern void require_transition(AttemptAction action, const AttemptRow *attempt);
+extern void require_gate_open(const JobRow *job, const AttemptRow *last);
+extern void require_attempts_left(const JobRow *job, const AttemptRow *last);
+
+/* store.c: table access through cached SPI plans */
+extern void store_connect(void);
+extern void store_finish(void);
+extern bool store_insert_job(Datum owner_id, Datum idempotency_key,
+							 Datum operation, Datum params, Datum provider,
+							 Datum max_attempts, bool max_attempts_null,
+							 int64 *job_id);
+extern bool store_match_job(Datum owner_id, Datum idempotency_key,
+							Datum operation, Datum params, Datum provider,
+							Datum max_attempts, bool max_attempts_null,
+							SubmitMatch *match);
+extern bool store_lock_job(int64 job_id, JobRow *job);
+extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
+extern bool store_provider_certified(const char *operation, const char *provider);
+extern int64 store_insert_attempt(const JobRow *job, int32 attempt_no,
+								  const char *provider, Datum timeout,
+								  Datum attempt_key, bool attempt_key_null);
+extern bool store_lock_attempt(int64 attempt_id, AttemptRow *attempt);
+extern void store_read_finish_job(int64 job_id, FinishJob *job);
+extern bool store_cas_finish(int64 job_id, int64 read_version,
+							 int64 attempt_id, Datum result);
+extern bool store_winner_of(int64 job_id, int64 *winner);
+extern void store_close_attempt(int64 attempt_id, AttemptState to,
+								const char *error, int64 lost_to,
+								Datum lost_result);
+extern void store_mark_unknown(int64 attempt_id);
+extern void store_cancel_attempt(int64 attempt_id, Datum reason);
+extern void store_cancel_job(int64 job_id, Datum reason);
+extern bool store_job_state(int64 job_id, char **state);
+extern bool store_job_overview(int64 job_id, TupleDesc desc, MemoryContext cxt,
+							   Datum *row);
+extern bool store_attempts_of(int64 job_id, ReturnSetInfo *rsinfo);
+extern void store_define_operation(Datum operation, Datum contract);
+extern void store_certify_provider(Datum operation, Datum provider,
+								   Datum evidence, bool evidence_null);
+extern bool store_revoke_provider(Datum operation, Datum provider);
+
+#endif							/* JOBGUARD_H */

@@ -1,0 +1,723 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.c
+ *	  Table access for jobguard: every SQL statement jobguard runs, each
+ *	  prepared once per backend, kept, and run with $n parameters.
+ *
+ * This is the only file that holds SQL.  Every name in it is schema
+ * qualified and every operator is spelled OPERATOR(pg_catalog.x), so a
+ * caller's search_path cannot redirect anything.  The compare-and-swap that
+ * decides which attempt wins a job is STMT_CAS_FINISH below.
+ *
+ * Callers bracket their work with store_connect() and store_finish().
+ * Values read from a row stay valid until store_finish().
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+#include "utils/tuplestore.h"
+
+#include "jobguard.h"
+
+/* The statements; the numbers index statements[] and prepared_plans[]. */
+typedef enum StatementId
+{
+	STMT_INSERT_JOB,
+	STMT_MATCH_JOB,
+	STMT_LOCK_JOB,
+	STMT_LAST_ATTEMPT,
+	STMT_PROVIDER_CERTIFIED,
+	STMT_INSERT_ATTEMPT,
+	STMT_LOCK_ATTEMPT,
+	STMT_READ_FINISH_JOB,
+	STMT_CAS_FINISH,
+	STMT_WINNER_OF,
+	STMT_CLOSE_ATTEMPT,
+	STMT_MARK_UNKNOWN,
+	STMT_CANCEL_ATTEMPT,
+	STMT_CANCEL_JOB,
+	STMT_JOB_STATE,
+	STMT_JOB_OVERVIEW,
+	STMT_JOB_EXISTS,
+	STMT_ATTEMPTS_OF,
+	STMT_DEFINE_OPERATION,
+	STMT_CERTIFY_PROVIDER,
+	STMT_REVOKE_PROVIDER,
+	STMT_COUNT
+} StatementId;
+
+#define MAX_STATEMENT_ARGS 6
+
+/* One statement: its text, argument types, and the SPI result it must give. */
+typedef struct StatementDef
+{
+	const char *name;
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[MAX_STATEMENT_ARGS];
+	int			expected_rc;
+	bool		read_only;		/* run with the caller's snapshot */
+} StatementDef;
+
+/*
+ * The columns every attempt query returns, in this order, so that one
+ * reader (read_attempt_row) serves all of them.
+ */
+#define ATTEMPT_COLUMNS \
+	"a.id, a.job_id, a.attempt_no, a.provider, a.state," \
+	" jobguard.attempt_state(a.state, a.deadline)," \
+	" a.read_version, a.deadline, a.attempt_key, a.lost_result"
+
+static const StatementDef statements[STMT_COUNT] = {
+	/*
+	 * The unique constraint decides who creates the job: no look-up first.
+	 * A concurrent identical insert waits here until the first commits or
+	 * rolls back.
+	 */
+	[STMT_INSERT_JOB] = {
+		"insert job",
+		"INSERT INTO jobguard.jobs AS j"
+		" (owner_id, idempotency_key, operation, params, provider, max_attempts)"
+		" VALUES ($1, $2, $3, $4, $5, $6)"
+		" ON CONFLICT (owner_id, idempotency_key) DO NOTHING"
+		" RETURNING j.id",
+		6, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/* The existing job for a key, and which parts of the request match it. */
+	[STMT_MATCH_JOB] = {
+		"match job",
+		"SELECT j.id,"
+		" j.operation OPERATOR(pg_catalog.=) $3,"
+		" j.params OPERATOR(pg_catalog.=) $4,"
+		" j.provider OPERATOR(pg_catalog.=) $5,"
+		" COALESCE(j.max_attempts OPERATOR(pg_catalog.=) $6,"
+		"          j.max_attempts IS NULL AND $6 IS NULL)"
+		" FROM jobguard.jobs j"
+		" WHERE j.owner_id OPERATOR(pg_catalog.=) $1"
+		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2",
+		6, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Lock the job row against concurrent begins, finishes and cancels.  NO
+	 * KEY UPDATE leaves the KEY SHARE lock of the attempts foreign key free.
+	 */
+	[STMT_LOCK_JOB] = {
+		"lock job",
+		"SELECT j.operation, j.provider, j.max_attempts, j.version,"
+		" j.completed_by, j.cancelled_at IS NOT NULL"
+		" FROM jobguard.jobs j"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" FOR NO KEY UPDATE",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/* The latest attempt: the only one that can be open. */
+	[STMT_LAST_ATTEMPT] = {
+		"last attempt",
+		"SELECT " ATTEMPT_COLUMNS
+		" FROM jobguard.attempts a"
+		" WHERE a.job_id OPERATOR(pg_catalog.=) $1"
+		" ORDER BY a.attempt_no DESC LIMIT 1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	[STMT_PROVIDER_CERTIFIED] = {
+		"provider certified",
+		"SELECT 1 FROM jobguard.certifications c"
+		" WHERE c.operation OPERATOR(pg_catalog.=) $1"
+		" AND c.provider OPERATOR(pg_catalog.=) $2"
+		" AND c.revoked_at IS NULL",
+		2, {TEXTOID, TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	[STMT_INSERT_ATTEMPT] = {
+		"insert attempt",
+		"INSERT INTO jobguard.attempts AS a"
+		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
+		"  started_at, deadline)"
+		" VALUES ($1, $2, $3, 'started', $4, $5, pg_catalog.now(),"
+		"  pg_catalog.now() OPERATOR(pg_catalog.+) $6)"
+		" RETURNING a.id",
+		6, {INT8OID, INT4OID, TEXTOID, INT8OID, TEXTOID, INTERVALOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/* Lock one attempt: finishes, fails and cancels of it run one at a time. */
+	[STMT_LOCK_ATTEMPT] = {
+		"lock attempt",
+		"SELECT " ATTEMPT_COLUMNS
+		" FROM jobguard.attempts a"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1"
+		" FOR UPDATE",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * The job and its operation's contract as of this statement: one
+	 * snapshot, so a finish sees one contract, never a mix.
+	 */
+	[STMT_READ_FINISH_JOB] = {
+		"read finish job",
+		"SELECT j.operation, j.completed_by, j.result,"
+		" o.contract_version, o.output_contract"
+		" FROM jobguard.jobs j"
+		" LEFT JOIN jobguard.operations o"
+		"  ON o.operation OPERATOR(pg_catalog.=) j.operation"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * The compare-and-swap, in one statement.  It updates the row only if
+	 * no other attempt has taken the slot and the job is still at the
+	 * version the attempt read when it began (a cancel bumps it).  Under
+	 * READ COMMITTED a concurrent winner makes this wait, then re-check the
+	 * new row version and update nothing.
+	 */
+	[STMT_CAS_FINISH] = {
+		"compare-and-swap finish",
+		"UPDATE jobguard.jobs AS j"
+		" SET result = $4, completed_by = $3, completed_at = pg_catalog.now(),"
+		"  version = j.version OPERATOR(pg_catalog.+) 1"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND j.version OPERATOR(pg_catalog.=) $2"
+		" AND j.completed_by IS NULL",
+		4, {INT8OID, INT8OID, INT8OID, JSONBOID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_WINNER_OF] = {
+		"winner of",
+		"SELECT j.completed_by FROM jobguard.jobs j"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/* An attempt's outcome: succeeded, lost or failed. */
+	[STMT_CLOSE_ATTEMPT] = {
+		"close attempt",
+		"UPDATE jobguard.attempts AS a"
+		" SET state = $2, finished_at = pg_catalog.now(), error = $3,"
+		"  lost_to = $4, lost_result = $5"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		5, {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_MARK_UNKNOWN] = {
+		"mark unknown",
+		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_CANCEL_ATTEMPT] = {
+		"cancel attempt",
+		"UPDATE jobguard.attempts AS a"
+		" SET state = 'cancelled', cancelled_at = pg_catalog.now(), cancel_reason = $2"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		2, {INT8OID, TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	/* Cancelling bumps the version, so every attempt begun before loses. */
+	[STMT_CANCEL_JOB] = {
+		"cancel job",
+		"UPDATE jobguard.jobs AS j"
+		" SET cancelled_at = pg_catalog.now(), cancel_reason = $2,"
+		"  version = j.version OPERATOR(pg_catalog.+) 1"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		2, {INT8OID, TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_JOB_STATE] = {
+		"job state",
+		"SELECT v.state FROM jobguard.job_overview v"
+		" WHERE v.job_id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	[STMT_JOB_OVERVIEW] = {
+		"job overview",
+		"SELECT v.* FROM jobguard.job_overview v"
+		" WHERE v.job_id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	[STMT_JOB_EXISTS] = {
+		"job exists",
+		"SELECT 1 FROM jobguard.jobs j WHERE j.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	[STMT_ATTEMPTS_OF] = {
+		"attempts of",
+		"SELECT v.* FROM jobguard.attempt_overview v"
+		" WHERE v.job_id OPERATOR(pg_catalog.=) $1"
+		" ORDER BY v.attempt_no",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	/* Every definition takes a fresh version, so caches see the change. */
+	[STMT_DEFINE_OPERATION] = {
+		"define operation",
+		"INSERT INTO jobguard.operations AS o"
+		" (operation, output_contract, contract_version, defined_at)"
+		" VALUES ($1, $2, pg_catalog.nextval('jobguard.contract_version_seq'),"
+		"  pg_catalog.now())"
+		" ON CONFLICT (operation) DO UPDATE"
+		" SET output_contract = EXCLUDED.output_contract,"
+		"  contract_version = EXCLUDED.contract_version,"
+		"  defined_at = EXCLUDED.defined_at",
+		2, {TEXTOID, JSONBOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_CERTIFY_PROVIDER] = {
+		"certify provider",
+		"INSERT INTO jobguard.certifications AS c"
+		" (operation, provider, evidence, certified_at, revoked_at)"
+		" VALUES ($1, $2, $3, pg_catalog.now(), NULL)"
+		" ON CONFLICT (operation, provider) DO UPDATE"
+		" SET evidence = EXCLUDED.evidence,"
+		"  certified_at = EXCLUDED.certified_at, revoked_at = NULL",
+		3, {TEXTOID, TEXTOID, JSONBOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_REVOKE_PROVIDER] = {
+		"revoke provider",
+		"UPDATE jobguard.certifications AS c SET revoked_at = pg_catalog.now()"
+		" WHERE c.operation OPERATOR(pg_catalog.=) $1"
+		" AND c.provider OPERATOR(pg_catalog.=) $2"
+		" AND c.revoked_at IS NULL",
+		2, {TEXTOID, TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+};
+
+/* Plans prepared in this backend, kept for its lifetime. */
+static SPIPlanPtr prepared_plans[STMT_COUNT];
+
+/*
+ * prepared_plan: the kept plan of a statement, prepared on first use.  The
+ * plan cache re-plans it by itself when a table it uses changes (even a
+ * DROP and CREATE EXTENSION), so it is never prepared twice.
+ */
+static SPIPlanPtr
+prepared_plan(StatementId id)
+{
+	if (prepared_plans[id] == NULL)
+	{
+		const StatementDef *def = &statements[id];
+		SPIPlanPtr	plan;
+
+		plan = SPI_prepare(def->sql, def->nargs, (Oid *) def->argtypes);
+		if (plan == NULL)
+			elog(ERROR, "jobguard: could not prepare statement \"%s\": %s",
+				 def->name, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "jobguard: could not keep statement \"%s\"", def->name);
+		prepared_plans[id] = plan;
+	}
+	return prepared_plans[id];
+}
+
+/*
+ * run: execute a statement with its parameters and check its result code.
+ * Returns the number of rows it returned or changed; the rows are in
+ * SPI_tuptable.  nulls is NULL when no parameter is NULL.
+ */
+static uint64
+run(StatementId id, Datum *values, const char *nulls)
+{
+	const StatementDef *def = &statements[id];
+	int			rc;
+
+	rc = SPI_execute_plan(prepared_plan(id), values, nulls, def->read_only, 0);
+	if (rc != def->expected_rc)
+		elog(ERROR, "jobguard: statement \"%s\" returned %s",
+			 def->name, SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* column_value: column col (1-based) of row 0 of the last result. */
+static Datum
+column_value(int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/* column_int64: a bigint column of row 0 that may be NULL (then 0). */
+static int64
+column_int64(int col, bool *isnull)
+{
+	Datum		d = column_value(col, isnull);
+
+	return *isnull ? 0 : DatumGetInt64(d);
+}
+
+/* column_text: a text column of row 0 as a C string, or NULL. */
+static char *
+column_text(int col)
+{
+	bool		isnull;
+	Datum		d = column_value(col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/* column_bool: a boolean column of row 0 that is never NULL. */
+static bool
+column_bool(int col)
+{
+	bool		isnull;
+	Datum		d = column_value(col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
+/* read_attempt_row: fill an AttemptRow from row 0 (ATTEMPT_COLUMNS). */
+static void
+read_attempt_row(AttemptRow *attempt)
+{
+	bool		isnull;
+
+	attempt->id = column_int64(1, &isnull);
+	attempt->job_id = column_int64(2, &isnull);
+	attempt->attempt_no = DatumGetInt32(column_value(3, &isnull));
+	attempt->provider = column_text(4);
+	attempt->stored_state = attempt_state_from_name(column_text(5));
+	attempt->state = attempt_state_from_name(column_text(6));
+	attempt->read_version = column_int64(7, &isnull);
+	attempt->deadline = DatumGetTimestampTz(column_value(8, &isnull));
+	attempt->attempt_key = column_text(9);
+	attempt->lost_result = column_value(10, &isnull);
+	if (isnull)
+		attempt->lost_result = (Datum) 0;
+}
+
+/* store_connect: open the SPI connection a jobguard call works in. */
+void
+store_connect(void)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "jobguard: SPI_connect failed");
+}
+
+/* store_finish: close it; values read from rows are freed with it. */
+void
+store_finish(void)
+{
+	if (SPI_finish() != SPI_OK_FINISH)
+		elog(ERROR, "jobguard: SPI_finish failed");
+}
+
+/*
+ * store_insert_job: insert a new job unless one exists for the key.
+ * Returns true and the new id when this call created it.
+ */
+bool
+store_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
+				 Datum params, Datum provider,
+				 Datum max_attempts, bool max_attempts_null, int64 *job_id)
+{
+	Datum		values[6] = {owner_id, idempotency_key, operation, params,
+	provider, max_attempts};
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' '};
+	bool		isnull;
+
+	if (run(STMT_INSERT_JOB, values, nulls) == 0)
+		return false;
+	*job_id = column_int64(1, &isnull);
+	return true;
+}
+
+/*
+ * store_match_job: find the job for (owner_id, idempotency_key) and compare
+ * it with the request.  Returns false if there is none (it was removed
+ * between the insert and this look-up).
+ */
+bool
+store_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
+				Datum params, Datum provider,
+				Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
+{
+	Datum		values[6] = {owner_id, idempotency_key, operation, params,
+	provider, max_attempts};
+	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' '};
+	bool		isnull;
+
+	if (run(STMT_MATCH_JOB, values, nulls) == 0)
+		return false;
+	match->job_id = column_int64(1, &isnull);
+	match->same_operation = column_bool(2);
+	match->same_params = column_bool(3);
+	match->same_provider = column_bool(4);
+	match->same_max_attempts = column_bool(5);
+	return true;
+}
+
+/* store_lock_job: lock a job row and read it; false if there is none. */
+bool
+store_lock_job(int64 job_id, JobRow *job)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	bool		isnull;
+	Datum		d;
+
+	if (run(STMT_LOCK_JOB, values, NULL) == 0)
+		return false;
+	job->id = job_id;
+	job->operation = column_text(1);
+	job->provider = column_text(2);
+	d = column_value(3, &isnull);
+	job->has_max_attempts = !isnull;
+	job->max_attempts = isnull ? 0 : DatumGetInt32(d);
+	job->version = column_int64(4, &isnull);
+	job->completed_by = column_int64(5, &isnull);
+	job->completed = !isnull;
+	job->cancelled = column_bool(6);
+	return true;
+}
+
+/* store_last_attempt: the job's latest attempt; false if it has none. */
+bool
+store_last_attempt(int64 job_id, AttemptRow *attempt)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+
+	if (run(STMT_LAST_ATTEMPT, values, NULL) == 0)
+		return false;
+	read_attempt_row(attempt);
+	return true;
+}
+
+/* store_provider_certified: is the provider certified for the operation? */
+bool
+store_provider_certified(const char *operation, const char *provider)
+{
+	Datum		values[2] = {CStringGetTextDatum(operation),
+	CStringGetTextDatum(provider)};
+
+	return run(STMT_PROVIDER_CERTIFIED, values, NULL) > 0;
+}
+
+/*
+ * store_insert_attempt: begin attempt number attempt_no of the job, reading
+ * the job's current version; returns the new attempt's id.
+ */
+int64
+store_insert_attempt(const JobRow *job, int32 attempt_no, const char *provider,
+					 Datum timeout, Datum attempt_key, bool attempt_key_null)
+{
+	Datum		values[6] = {Int64GetDatum(job->id), Int32GetDatum(attempt_no),
+		CStringGetTextDatum(provider), Int64GetDatum(job->version),
+	attempt_key, timeout};
+	char		nulls[6] = {' ', ' ', ' ', ' ', attempt_key_null ? 'n' : ' ', ' '};
+	bool		isnull;
+
+	run(STMT_INSERT_ATTEMPT, values, nulls);
+	return column_int64(1, &isnull);
+}
+
+/* store_lock_attempt: lock an attempt row and read it; false if none. */
+bool
+store_lock_attempt(int64 attempt_id, AttemptRow *attempt)
+{
+	Datum		values[1] = {Int64GetDatum(attempt_id)};
+
+	if (run(STMT_LOCK_ATTEMPT, values, NULL) == 0)
+		return false;
+	read_attempt_row(attempt);
+	return true;
+}
+
+/*
+ * store_read_finish_job: the attempt's job and its operation's contract, as
+ * of a snapshot taken now (after the attempt row was locked).
+ */
+void
+store_read_finish_job(int64 job_id, FinishJob *job)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	bool		isnull;
+
+	if (run(STMT_READ_FINISH_JOB, values, NULL) == 0)
+		elog(ERROR, "jobguard: job %lld of a locked attempt is missing",
+			 (long long) job_id);
+	job->operation = column_text(1);
+	job->completed_by = column_int64(2, &isnull);
+	job->completed = !isnull;
+	job->result = column_value(3, &isnull);
+	job->contract_version = column_int64(4, &isnull);
+	job->has_contract = !isnull;
+	job->contract = column_value(5, &isnull);
+}
+
+/*
+ * store_cas_finish: run the compare-and-swap.  Returns true when this
+ * attempt took the result slot, false when zero rows matched.
+ */
+bool
+store_cas_finish(int64 job_id, int64 read_version, int64 attempt_id, Datum result)
+{
+	Datum		values[4] = {Int64GetDatum(job_id), Int64GetDatum(read_version),
+	Int64GetDatum(attempt_id), result};
+
+	return run(STMT_CAS_FINISH, values, NULL) == 1;
+}
+
+/*
+ * store_winner_of: the attempt holding the job's result slot, read with a
+ * fresh snapshot after a lost compare-and-swap.  False when the slot is
+ * empty (the job was cancelled).
+ */
+bool
+store_winner_of(int64 job_id, int64 *winner)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	bool		isnull = true;
+
+	if (run(STMT_WINNER_OF, values, NULL) > 0)
+		*winner = column_int64(1, &isnull);
+	return !isnull;
+}
+
+/*
+ * store_close_attempt: write an attempt's outcome.  error is set for
+ * failed, lost_to (0 for none) and lost_result for lost.
+ */
+void
+store_close_attempt(int64 attempt_id, AttemptState to, const char *error,
+					int64 lost_to, Datum lost_result)
+{
+	Datum		values[5] = {Int64GetDatum(attempt_id),
+		CStringGetTextDatum(attempt_state_name(to)),
+		error ? CStringGetTextDatum(error) : (Datum) 0,
+		Int64GetDatum(lost_to), lost_result};
+	char		nulls[5] = {' ', ' ', error ? ' ' : 'n', lost_to ? ' ' : 'n',
+	lost_result ? ' ' : 'n'};
+
+	run(STMT_CLOSE_ATTEMPT, values, nulls);
+}
+
+/* store_mark_unknown: write down that an attempt's outcome is unknown. */
+void
+store_mark_unknown(int64 attempt_id)
+{
+	Datum		values[1] = {Int64GetDatum(attempt_id)};
+
+	run(STMT_MARK_UNKNOWN, values, NULL);
+}
+
+/* store_cancel_attempt: stop waiting for an attempt, with the reason. */
+void
+store_cancel_attempt(int64 attempt_id, Datum reason)
+{
+	Datum		values[2] = {Int64GetDatum(attempt_id), reason};
+
+	run(STMT_CANCEL_ATTEMPT, values, NULL);
+}
+
+/* store_cancel_job: cancel a job and bump its version. */
+void
+store_cancel_job(int64 job_id, Datum reason)
+{
+	Datum		values[2] = {Int64GetDatum(job_id), reason};
+
+	run(STMT_CANCEL_JOB, values, NULL);
+}
+
+/*
+ * store_job_state: the derived state of a job (from job_overview) as a
+ * string allocated with SPI_palloc, so it outlives store_finish().
+ */
+bool
+store_job_state(int64 job_id, char **state)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	char	   *s;
+
+	if (run(STMT_JOB_STATE, values, NULL) == 0)
+		return false;
+	s = column_text(1);
+	*state = SPI_palloc(strlen(s) + 1);
+	strcpy(*state, s);
+	return true;
+}
+
+/*
+ * store_job_overview: the job_overview row of a job, formed with the
+ * function's result descriptor in the caller's memory context.
+ */
+bool
+store_job_overview(int64 job_id, TupleDesc desc, MemoryContext cxt, Datum *row)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	Datum	   *columns;
+	bool	   *nulls;
+	MemoryContext old;
+
+	if (run(STMT_JOB_OVERVIEW, values, NULL) == 0)
+		return false;
+	if (SPI_tuptable->tupdesc->natts != desc->natts)
+		elog(ERROR, "jobguard: job_overview has %d columns, jobguard.job() returns %d",
+			 SPI_tuptable->tupdesc->natts, desc->natts);
+
+	columns = palloc(desc->natts * sizeof(Datum));
+	nulls = palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, columns, nulls);
+
+	old = MemoryContextSwitchTo(cxt);
+	*row = HeapTupleGetDatum(heap_form_tuple(desc, columns, nulls));
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * store_attempts_of: put the job's attempts, in order, into the
+ * materialized result set.  False if the job does not exist.
+ */
+bool
+store_attempts_of(int64 job_id, ReturnSetInfo *rsinfo)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	uint64		n;
+
+	n = run(STMT_ATTEMPTS_OF, values, NULL);
+	if (n == 0)
+		return run(STMT_JOB_EXISTS, values, NULL) > 0;
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	return true;
+}
+
+/* store_define_operation: set or replace an operation's output contract. */
+void
+store_define_operation(Datum operation, Datum contract)
+{
+	Datum		values[2] = {operation, contract};
+
+	run(STMT_DEFINE_OPERATION, values, NULL);
+}
+
+/* store_certify_provider: certify a provider, or renew its certification. */
+void
+store_certify_provider(Datum operation, Datum provider,
+					   Datum evidence, bool evidence_null)
+{
+	Datum		values[3] = {operation, provider, evidence};
+	char		nulls[3] = {' ', ' ', evidence_null ? 'n' : ' '};
+
+	run(STMT_CERTIFY_PROVIDER, values, nulls);
+}
+
+/* store_revoke_provider: revoke a certification; false if none was active. */
+bool
+store_revoke_provider(Datum operation, Datum provider)
+{
+	Datum		values[2] = {operation, provider};
+
+	return run(STMT_REVOKE_PROVIDER, values, NULL) > 0;
+}
