@@ -12,10 +12,10 @@ OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o
 DATA        = jobguard--1.0.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit
+REGRESS      = submit attempts
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race
 ISOLATION_OPTS = --load-extension=jobguard
 
 PG_CONFIG ?= pg_config
