@@ -12,10 +12,10 @@ OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o
 DATA        = jobguard--1.0.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit attempts
+REGRESS      = submit attempts contracts
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine
 ISOLATION_OPTS = --load-extension=jobguard
 
 PG_CONFIG ?= pg_config

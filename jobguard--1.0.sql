@@ -295,23 +295,30 @@ COMMENT ON FUNCTION jobguard.revoke_provider(text, text) IS 'withdraw a provider
 -- Reading functions.
 ---------------------------------------------------------------------------
 
+CREATE FUNCTION jobguard.check_result(operation text, result jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_check_result'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION jobguard.check_result(text, jsonb) IS 'the first violation of the operation''s output contract by a result, or NULL; run it in a provider''s contract tests';
+
 CREATE FUNCTION jobguard.job_state(job_id bigint)
 RETURNS text
 AS 'MODULE_PATHNAME', 'jobguard_job_state'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION jobguard.job_state(bigint) IS 'the derived state of a job: pending, running, unknown, succeeded, failed or cancelled';
 
 CREATE FUNCTION jobguard.job(job_id bigint)
 RETURNS jobguard.job_overview
 AS 'MODULE_PATHNAME', 'jobguard_job'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION jobguard.job(bigint) IS 'one job with its derived state';
 
 CREATE FUNCTION jobguard.attempts_of(job_id bigint)
 RETURNS SETOF jobguard.attempt_overview
 AS 'MODULE_PATHNAME', 'jobguard_attempts_of'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION jobguard.attempts_of(bigint) IS 'the attempts of one job, in order';

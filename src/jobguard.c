@@ -55,6 +55,7 @@ PG_FUNCTION_INFO_V1(jobguard_attempts_of);
 PG_FUNCTION_INFO_V1(jobguard_define_operation);
 PG_FUNCTION_INFO_V1(jobguard_certify_provider);
 PG_FUNCTION_INFO_V1(jobguard_revoke_provider);
+PG_FUNCTION_INFO_V1(jobguard_check_result);
 
 /*
  * require_arg: raise 22004 naming the argument if it is NULL.  A NULL
@@ -665,4 +666,34 @@ jobguard_revoke_provider(PG_FUNCTION_ARGS)
 				 errhint("jobguard.certification_overview lists the certifications.")));
 	store_finish();
 	PG_RETURN_VOID();
+}
+
+/*
+ * jobguard.check_result(operation, result) -> text
+ *
+ * The first violation of the operation's output contract by a result, or
+ * NULL when the result satisfies it (or the operation has no contract).
+ * This is the check finish_attempt() applies, offered on its own so that a
+ * provider's contract tests can run it before certify_provider().
+ */
+Datum
+jobguard_check_result(PG_FUNCTION_ARGS)
+{
+	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
+	Datum		result = jsonb_arg(fcinfo, 1, "result");
+	int64		version;
+	Datum		contract;
+	char	   *violation = NULL;
+
+	store_connect();
+	if (store_operation_contract(operation, &version, &contract))
+		violation = contract_first_violation(contract_cache_get(TextDatumGetCString(operation),
+																version, contract),
+											 DatumGetJsonbP(result));
+	if (violation != NULL)
+		violation = store_keep_string(violation);
+	store_finish();
+	if (violation == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(violation));
 }

@@ -104,6 +104,7 @@ extern void require_attempts_left(const JobRow *job, const AttemptRow *last);
 /* store.c: table access through cached SPI plans */
 extern void store_connect(void);
 extern void store_finish(void);
+extern char *store_keep_string(const char *s);
 extern bool store_insert_job(Datum owner_id, Datum idempotency_key,
 							 Datum operation, Datum params, Datum provider,
 							 Datum max_attempts, bool max_attempts_null,
@@ -137,5 +138,7 @@ extern void store_define_operation(Datum operation, Datum contract);
 extern void store_certify_provider(Datum operation, Datum provider,
 								   Datum evidence, bool evidence_null);
 extern bool store_revoke_provider(Datum operation, Datum provider);
+extern bool store_operation_contract(Datum operation, int64 *version,
+									 Datum *contract);
 
 #endif							/* JOBGUARD_H */

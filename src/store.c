@@ -47,6 +47,7 @@ typedef enum StatementId
 	STMT_DEFINE_OPERATION,
 	STMT_CERTIFY_PROVIDER,
 	STMT_REVOKE_PROVIDER,
+	STMT_OPERATION_CONTRACT,
 	STMT_COUNT
 } StatementId;
 
@@ -294,6 +295,13 @@ static const StatementDef statements[STMT_COUNT] = {
 		2, {TEXTOID, TEXTOID},
 		SPI_OK_UPDATE, false
 	},
+	[STMT_OPERATION_CONTRACT] = {
+		"operation contract",
+		"SELECT o.contract_version, o.output_contract FROM jobguard.operations o"
+		" WHERE o.operation OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		SPI_OK_SELECT, true
+	},
 };
 
 /* Plans prepared in this backend, kept for its lifetime. */
@@ -403,6 +411,19 @@ store_connect(void)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "jobguard: SPI_connect failed");
+}
+
+/*
+ * store_keep_string: a copy of a string in the caller's memory context, so
+ * that it outlives store_finish().
+ */
+char *
+store_keep_string(const char *s)
+{
+	char	   *copy = SPI_palloc(strlen(s) + 1);
+
+	strcpy(copy, s);
+	return copy;
 }
 
 /* store_finish: close it; values read from rows are freed with it. */
@@ -630,8 +651,8 @@ store_cancel_job(int64 job_id, Datum reason)
 }
 
 /*
- * store_job_state: the derived state of a job (from job_overview) as a
- * string allocated with SPI_palloc, so it outlives store_finish().
+ * store_job_state: the derived state of a job (from job_overview), kept
+ * so that it outlives store_finish().
  */
 bool
 store_job_state(int64 job_id, char **state)
@@ -642,8 +663,7 @@ store_job_state(int64 job_id, char **state)
 	if (run(STMT_JOB_STATE, values, NULL) == 0)
 		return false;
 	s = column_text(1);
-	*state = SPI_palloc(strlen(s) + 1);
-	strcpy(*state, s);
+	*state = store_keep_string(s);
 	return true;
 }
 
@@ -720,4 +740,21 @@ store_revoke_provider(Datum operation, Datum provider)
 	Datum		values[2] = {operation, provider};
 
 	return run(STMT_REVOKE_PROVIDER, values, NULL) > 0;
+}
+
+/*
+ * store_operation_contract: the output contract of an operation and its
+ * version; false when the operation has none.
+ */
+bool
+store_operation_contract(Datum operation, int64 *version, Datum *contract)
+{
+	Datum		values[1] = {operation};
+	bool		isnull;
+
+	if (run(STMT_OPERATION_CONTRACT, values, NULL) == 0)
+		return false;
+	*version = column_int64(1, &isnull);
+	*contract = column_value(2, &isnull);
+	return true;
 }
