@@ -322,3 +322,187 @@ AS 'MODULE_PATHNAME', 'jobguard_attempts_of'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION jobguard.attempts_of(bigint) IS 'the attempts of one job, in order';
+
+---------------------------------------------------------------------------
+-- Invariants, checked on demand (after a crash, a restore, an upgrade).
+---------------------------------------------------------------------------
+
+/*
+ * One row per violated invariant; no rows means every guarantee holds.
+ * SECURITY DEFINER so that operators with a reader grant can run it without
+ * being able to read the tables directly.
+ */
+CREATE FUNCTION jobguard.check_invariants()
+RETURNS TABLE (invariant text, job_id bigint, attempt_id bigint, detail text)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT 'one job per key', min(j.id), NULL::bigint,
+		   format('%s jobs for owner %L and key %L', count(*), j.owner_id, j.idempotency_key)
+	  FROM jobguard.jobs j
+	 GROUP BY j.owner_id, j.idempotency_key
+	HAVING count(*) > 1
+	UNION ALL
+	SELECT 'at most one open attempt per job', a.job_id, min(a.id),
+		   format('%s open attempts', count(*))
+	  FROM jobguard.attempts a
+	 WHERE a.state IN ('started', 'unknown')
+	 GROUP BY a.job_id
+	HAVING count(*) > 1
+	UNION ALL
+	SELECT 'completed_by is a succeeded attempt of the job', j.id, j.completed_by,
+		   CASE WHEN a.id IS NULL THEN 'no such attempt of this job'
+				ELSE format('the attempt is %s', a.state) END
+	  FROM jobguard.jobs j
+	  LEFT JOIN jobguard.attempts a ON a.id = j.completed_by AND a.job_id = j.id
+	 WHERE j.completed_by IS NOT NULL AND (a.id IS NULL OR a.state <> 'succeeded')
+	UNION ALL
+	SELECT 'a succeeded attempt holds the result slot', a.job_id, a.id,
+		   format('the job''s completed_by is %s', coalesce(j.completed_by::text, 'empty'))
+	  FROM jobguard.attempts a
+	  JOIN jobguard.jobs j ON j.id = a.job_id
+	 WHERE a.state = 'succeeded' AND j.completed_by IS DISTINCT FROM a.id
+	UNION ALL
+	SELECT 'version matches the history', j.id, NULL,
+		   format('version %s, expected %s', j.version, x.expected)
+	  FROM jobguard.jobs j,
+		   LATERAL (SELECT 1 + (j.completed_by IS NOT NULL)::int
+					  + (j.cancelled_at IS NOT NULL)::int AS expected) x
+	 WHERE j.version <> x.expected
+	UNION ALL
+	SELECT 'attempts read a version the job had', a.job_id, a.id,
+		   format('read_version %s, job version %s', a.read_version, j.version)
+	  FROM jobguard.attempts a
+	  JOIN jobguard.jobs j ON j.id = a.job_id
+	 WHERE a.read_version > j.version
+	UNION ALL
+	SELECT 'attempts are numbered 1, 2, ... per job', a.job_id, NULL,
+		   format('%s attempts, numbered up to %s', count(*), max(a.attempt_no))
+	  FROM jobguard.attempts a
+	 GROUP BY a.job_id
+	HAVING count(*) <> max(a.attempt_no)
+	UNION ALL
+	SELECT 'a lost attempt lost to the winner', a.job_id, a.id,
+		   format('lost_to %s, the job''s completed_by %s', a.lost_to,
+				  coalesce(j.completed_by::text, 'empty'))
+	  FROM jobguard.attempts a
+	  JOIN jobguard.jobs j ON j.id = a.job_id
+	 WHERE a.state = 'lost' AND a.lost_to IS DISTINCT FROM j.completed_by
+	ORDER BY 1, 2, 3
+$$;
+
+COMMENT ON FUNCTION jobguard.check_invariants() IS 'one row per violated invariant of jobguard; no rows means all guarantees hold';
+
+---------------------------------------------------------------------------
+-- Privileges: the functions are the only door to the tables.
+---------------------------------------------------------------------------
+
+/*
+ * Nothing is granted to PUBLIC: not the tables (their owner's alone; the C
+ * functions switch to that owner around table access), not EXECUTE on the
+ * functions.  The grant functions below give a role exactly what it needs.
+ */
+REVOKE ALL ON ALL TABLES IN SCHEMA jobguard FROM PUBLIC;
+REVOKE ALL ON ALL SEQUENCES IN SCHEMA jobguard FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA jobguard FROM PUBLIC;
+
+/*
+ * require_role: the checks every grant function makes on its argument: not
+ * NULL (22004), and an existing role (42704).
+ */
+CREATE FUNCTION jobguard.require_role(role name, caller text)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF role IS NULL THEN
+		RAISE EXCEPTION 'argument "role" of jobguard.%() must not be null', caller
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF pg_catalog.to_regrole(pg_catalog.quote_ident(role)) IS NULL THEN
+		RAISE EXCEPTION 'role "%" does not exist', role USING ERRCODE = 'undefined_object';
+	END IF;
+END
+$$;
+
+/*
+ * grant_reader: what an operator needs to inspect jobguard from psql: the
+ * views and the reading functions.  It cannot change anything.
+ */
+CREATE FUNCTION jobguard.grant_reader(role name)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM jobguard.require_role(role, 'grant_reader');
+	EXECUTE format('GRANT USAGE ON SCHEMA jobguard TO %I', role);
+	EXECUTE format('GRANT SELECT ON jobguard.job_overview, jobguard.attempt_overview,'
+				   ' jobguard.certification_overview TO %I', role);
+	EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.attempt_state(text, timestamptz),'
+				   ' jobguard.job_state(bigint), jobguard.job(bigint), jobguard.attempts_of(bigint),'
+				   ' jobguard.check_result(text, jsonb), jobguard.check_invariants() TO %I', role);
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.grant_reader(name) IS 'let a role inspect jobguard (views and reading functions), read-only';
+
+/*
+ * grant_client: what an application role needs: everything of a reader,
+ * plus the calls that submit and run jobs.  Defining contracts and
+ * certifying providers stay with the extension's owner (or whoever it
+ * grants them to explicitly).
+ */
+CREATE FUNCTION jobguard.grant_client(role name)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM jobguard.require_role(role, 'grant_client');
+	PERFORM jobguard.grant_reader(role);
+	EXECUTE format('GRANT EXECUTE ON FUNCTION'
+				   ' jobguard.submit(text, text, text, jsonb, text, integer),'
+				   ' jobguard.begin_attempt(bigint, text, interval, text),'
+				   ' jobguard.finish_attempt(bigint, jsonb),'
+				   ' jobguard.fail_attempt(bigint, text),'
+				   ' jobguard.mark_unknown(bigint),'
+				   ' jobguard.cancel_attempt(bigint, text),'
+				   ' jobguard.cancel_job(bigint, text) TO %I', role);
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.grant_client(name) IS 'let an application role call the jobguard API and read its jobs';
+
+/* revoke_client: take back everything grant_client or grant_reader gave. */
+CREATE FUNCTION jobguard.revoke_client(role name)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	PERFORM jobguard.require_role(role, 'revoke_client');
+	EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobguard FROM %I', role);
+	EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA jobguard FROM %I', role);
+	EXECUTE format('REVOKE USAGE ON SCHEMA jobguard FROM %I', role);
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.revoke_client(name) IS 'take back what grant_client or grant_reader gave a role';
+
+/* The grant functions themselves are the owner's alone. */
+REVOKE EXECUTE ON FUNCTION jobguard.require_role(name, text), jobguard.grant_reader(name),
+	jobguard.grant_client(name), jobguard.revoke_client(name) FROM PUBLIC;
+
+---------------------------------------------------------------------------
+-- pg_dump keeps the user data of these tables and sequences.
+---------------------------------------------------------------------------
+
+SELECT pg_catalog.pg_extension_config_dump('jobguard.jobs', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.jobs_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.attempts', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.attempts_id_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.operations', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.contract_version_seq', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.certifications', '');

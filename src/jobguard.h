@@ -93,6 +93,17 @@ typedef struct SubmitMatch
 	bool		same_max_attempts;
 } SubmitMatch;
 
+/* The caller's identity, saved while a call runs as the tables' owner. */
+typedef struct SavedIdentity
+{
+	Oid			userid;
+	int			sec_context;
+} SavedIdentity;
+
+/* security.c: running as the owner of jobguard's tables */
+extern void become_tables_owner(SavedIdentity *saved);
+extern void become_caller_again(const SavedIdentity *saved);
+
 /* states.c: the state table and the gate */
 extern AttemptState attempt_state_from_name(const char *name);
 extern const char *attempt_state_name(AttemptState state);

@@ -405,12 +405,24 @@ read_attempt_row(AttemptRow *attempt)
 		attempt->lost_result = (Datum) 0;
 }
 
-/* store_connect: open the SPI connection a jobguard call works in. */
+/*
+ * The caller's identity while a call runs as the tables' owner.  Calls do
+ * not nest (jobguard runs no user code while connected), so one is enough.
+ */
+static SavedIdentity caller_identity;
+static bool connected = false;
+
+/*
+ * store_connect: open the SPI connection a jobguard call works in, and run
+ * as the owner of jobguard's tables until store_finish().
+ */
 void
 store_connect(void)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "jobguard: SPI_connect failed");
+	become_tables_owner(&caller_identity);
+	connected = true;
 }
 
 /*
@@ -426,10 +438,16 @@ store_keep_string(const char *s)
 	return copy;
 }
 
-/* store_finish: close it; values read from rows are freed with it. */
+/*
+ * store_finish: switch back to the caller and close the connection; values
+ * read from rows are freed with it.
+ */
 void
 store_finish(void)
 {
+	Assert(connected);
+	become_caller_again(&caller_identity);
+	connected = false;
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "jobguard: SPI_finish failed");
 }

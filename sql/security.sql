@@ -1,0 +1,149 @@
+-- Security: nothing is PUBLIC, the functions are the only door to the
+-- tables, the grant functions give exactly what a role needs, and no
+-- search_path a caller sets can redirect anything jobguard does.
+TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
+	RESTART IDENTITY;
+CREATE FUNCTION public.jg_sqlstate_of(stmt text) RETURNS text
+LANGUAGE plpgsql AS $$
+BEGIN
+	EXECUTE stmt;
+	RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+	RETURN SQLSTATE || ': ' || SQLERRM;
+END $$;
+GRANT EXECUTE ON FUNCTION public.jg_sqlstate_of(text) TO PUBLIC;
+
+CREATE ROLE regress_jg_nobody;
+CREATE ROLE regress_jg_app;
+CREATE ROLE regress_jg_reader;
+CREATE ROLE regress_jg_evil;
+
+-- nothing of jobguard is granted to PUBLIC
+SELECT c.relname, c.relacl IS NULL OR NOT EXISTS (
+		SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = 0) AS closed_to_public
+  FROM pg_class c WHERE c.relnamespace = 'jobguard'::regnamespace ORDER BY 1;
+SELECT count(*) AS functions_executable_by_public
+  FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+ WHERE p.pronamespace = 'jobguard'::regnamespace AND a.grantee = 0;
+
+-- a role without grants can do nothing
+SET ROLE regress_jg_nobody;
+SELECT public.jg_sqlstate_of($$SELECT jobguard.submit('o', 'k', 'op', '{}', 'p')$$);
+SELECT public.jg_sqlstate_of($$SELECT * FROM jobguard.job_overview$$);
+SELECT public.jg_sqlstate_of($$SELECT * FROM jobguard.jobs$$);
+RESET ROLE;
+SELECT jobguard.grant_client('regress_jg_app');
+SELECT jobguard.grant_reader('regress_jg_reader');
+SELECT jobguard.grant_client('regress_jg_evil');
+SELECT jobguard.define_operation('charge', '{"type": "object", "required": ["id"]}');
+SELECT jobguard.certify_provider('charge', 'adyen');
+
+-- with grant_client, an application role can call every function...
+SET ROLE regress_jg_app;
+SELECT job_id, created FROM jobguard.submit('alice', 'k1', 'charge', '{"amount": 1}', 'stripe');
+SELECT job_id, created FROM jobguard.submit('alice', 'k1', 'charge', '{"amount": 1}', 'stripe');
+SELECT jobguard.begin_attempt(1, timeout => '1 minute');
+SELECT jobguard.mark_unknown(1);
+SELECT jobguard.cancel_attempt(1, 'fail over');
+SELECT jobguard.begin_attempt(1, 'adyen');
+SELECT jobguard.finish_attempt(2, '{"wrong": true}');
+SELECT jobguard.begin_attempt(1, 'adyen');
+SELECT jobguard.fail_attempt(3, 'declined');
+SELECT jobguard.begin_attempt(1);
+SELECT jobguard.finish_attempt(4, '{"id": "ch_1"}');
+SELECT jobguard.finish_attempt(1, '{"id": "ch_late"}');
+SELECT job_id AS k2_job FROM jobguard.submit('alice', 'k2', 'charge', '{}', 'stripe') \gset
+SELECT jobguard.cancel_job(:k2_job, 'changed my mind');
+SELECT jobguard.job_state(1), (jobguard.job(1)).state;
+SELECT attempt_no, state FROM jobguard.attempts_of(1);
+SELECT job_id, state FROM jobguard.job_overview ORDER BY job_id;
+SELECT count(*) FROM jobguard.attempt_overview;
+SELECT jobguard.check_result('charge', '{}');
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+-- ... but cannot touch the tables directly, so it cannot bypass the gate
+-- or the compare-and-swap
+SELECT public.jg_sqlstate_of($$SELECT * FROM jobguard.jobs$$);
+SELECT public.jg_sqlstate_of($$INSERT INTO jobguard.jobs (owner_id, idempotency_key, operation, params, provider) VALUES ('a', 'b', 'c', '{}', 'd')$$);
+SELECT public.jg_sqlstate_of($$UPDATE jobguard.jobs SET result = '{"id": "forged"}' WHERE id = 1$$);
+SELECT public.jg_sqlstate_of($$DELETE FROM jobguard.attempts$$);
+SELECT public.jg_sqlstate_of($$INSERT INTO jobguard.attempts (job_id, attempt_no, provider, read_version, deadline) VALUES (1, 9, 'p', 1, now() + interval '1 day')$$);
+SELECT public.jg_sqlstate_of($$UPDATE jobguard.operations SET output_contract = '{}'$$);
+SELECT public.jg_sqlstate_of($$SELECT nextval('jobguard.jobs_id_seq')$$);
+-- nor define contracts, certify providers or hand out grants
+SELECT public.jg_sqlstate_of($$SELECT jobguard.define_operation('charge', '{}')$$);
+SELECT public.jg_sqlstate_of($$SELECT jobguard.certify_provider('charge', 'shady')$$);
+SELECT public.jg_sqlstate_of($$SELECT jobguard.revoke_provider('charge', 'adyen')$$);
+SELECT public.jg_sqlstate_of($$SELECT jobguard.grant_client('regress_jg_nobody')$$);
+RESET ROLE;
+
+-- a reader can inspect but not change anything
+SET ROLE regress_jg_reader;
+SELECT job_id, state, result FROM jobguard.job_overview ORDER BY job_id;
+SELECT jobguard.job_state(:k2_job);
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+SELECT public.jg_sqlstate_of($$SELECT jobguard.submit('o', 'k', 'op', '{}', 'p')$$);
+SELECT public.jg_sqlstate_of($$SELECT jobguard.cancel_job(1, 'x')$$);
+SELECT public.jg_sqlstate_of($$SELECT * FROM jobguard.attempts$$);
+RESET ROLE;
+
+-- a role that plants look-alikes in its own schema and puts it first in
+-- search_path changes nothing jobguard does
+CREATE SCHEMA regress_jg_evil AUTHORIZATION regress_jg_evil;
+SET ROLE regress_jg_evil;
+CREATE TABLE regress_jg_evil.jobs (LIKE pg_catalog.pg_class);
+CREATE TABLE regress_jg_evil.attempts (id bigint);
+CREATE TABLE regress_jg_evil.operations (operation text, output_contract jsonb, contract_version bigint);
+CREATE FUNCTION regress_jg_evil.now() RETURNS timestamptz
+	LANGUAGE sql AS $$ SELECT '2000-01-01'::timestamptz $$;
+CREATE FUNCTION regress_jg_evil.clock_timestamp() RETURNS timestamptz
+	LANGUAGE sql AS $$ SELECT '2000-01-01'::timestamptz $$;
+CREATE FUNCTION regress_jg_evil.always(jsonb, jsonb) RETURNS boolean
+	LANGUAGE sql AS $$ SELECT true $$;
+CREATE OPERATOR regress_jg_evil.= (LEFTARG = jsonb, RIGHTARG = jsonb, FUNCTION = regress_jg_evil.always);
+CREATE FUNCTION regress_jg_evil.always(text, text) RETURNS boolean
+	LANGUAGE sql AS $$ SELECT true $$;
+CREATE OPERATOR regress_jg_evil.= (LEFTARG = text, RIGHTARG = text, FUNCTION = regress_jg_evil.always);
+CREATE FUNCTION regress_jg_evil.always(bigint, bigint) RETURNS boolean
+	LANGUAGE sql AS $$ SELECT true $$;
+CREATE OPERATOR regress_jg_evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = regress_jg_evil.always);
+CREATE FUNCTION regress_jg_evil.plus(bigint, integer) RETURNS bigint
+	LANGUAGE sql AS $$ SELECT 1000::bigint $$;
+CREATE OPERATOR regress_jg_evil.+ (LEFTARG = bigint, RIGHTARG = integer, FUNCTION = regress_jg_evil.plus);
+SET search_path = regress_jg_evil, pg_catalog, jobguard, public;
+-- the planted = would make every request equal: JG001 must still come
+SELECT public.jg_sqlstate_of($$SELECT jobguard.submit('alice', 'k1', 'charge', '{"amount": 999}', 'stripe')$$);
+SELECT job_id, created FROM jobguard.submit('alice', 'k1', 'charge', '{"amount": 1}', 'stripe');
+-- the planted now() would put every deadline in the past
+SELECT job_id AS eve_job FROM jobguard.submit('eve', 'k1', 'charge', '{}', 'stripe') \gset
+SELECT jobguard.begin_attempt(:eve_job, timeout => '1 hour') AS eve_attempt \gset
+SELECT jobguard.job_state(:eve_job);
+SELECT state, deadline > pg_catalog.now() + interval '59 minutes' AS real_deadline
+  FROM jobguard.attempts_of(:eve_job);
+-- the planted = and + would let a stale attempt win: the compare-and-swap holds
+SELECT jobguard.cancel_job(:eve_job, 'cancelled before the result');
+SELECT jobguard.finish_attempt(:eve_attempt, '{"id": "sneaky"}');
+SELECT state, version, result FROM jobguard.job(:eve_job);
+-- the planted tables were never touched
+SELECT (SELECT count(*) FROM regress_jg_evil.jobs) AS evil_jobs,
+	   (SELECT count(*) FROM regress_jg_evil.attempts) AS evil_attempts,
+	   (SELECT count(*) FROM regress_jg_evil.operations) AS evil_operations;
+RESET search_path;
+RESET ROLE;
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+
+-- revoke_client takes everything back
+SELECT jobguard.revoke_client('regress_jg_app');
+SET ROLE regress_jg_app;
+SELECT public.jg_sqlstate_of($$SELECT jobguard.submit('o', 'k', 'op', '{}', 'p')$$);
+SELECT public.jg_sqlstate_of($$SELECT * FROM jobguard.job_overview$$);
+RESET ROLE;
+-- the grant functions check their argument
+SELECT public.jg_sqlstate_of($$SELECT jobguard.grant_client(NULL)$$);
+SELECT public.jg_sqlstate_of($$SELECT jobguard.grant_client('regress_jg_no_such_role')$$);
+SELECT public.jg_sqlstate_of($$SELECT jobguard.revoke_client(NULL)$$);
+
+-- clean up the roles (they are cluster-wide)
+DROP SCHEMA regress_jg_evil CASCADE;
+SELECT jobguard.revoke_client(r) FROM unnest(ARRAY['regress_jg_reader', 'regress_jg_evil']) r;
+DROP ROLE regress_jg_nobody, regress_jg_app, regress_jg_reader, regress_jg_evil;
+DROP FUNCTION public.jg_sqlstate_of(text);
