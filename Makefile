@@ -18,6 +18,8 @@ REGRESS_OPTS = --load-extension=jobguard
 ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine
 ISOLATION_OPTS = --load-extension=jobguard
 
+TAP_TESTS = 1
+
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs 2>/dev/null)
 
