@@ -8,14 +8,14 @@
 
 EXTENSION   = jobguard
 MODULE_big  = jobguard
-OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o src/security.o
+OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o src/security.o src/stats.o src/sweeper.o
 DATA        = jobguard--1.0.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit attempts contracts security
+REGRESS      = submit attempts contracts security operations
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify
 ISOLATION_OPTS = --load-extension=jobguard
 
 TAP_TESTS = 1

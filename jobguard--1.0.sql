@@ -80,6 +80,14 @@ CREATE UNIQUE INDEX attempts_one_open_per_job
 	ON jobguard.attempts (job_id)
 	WHERE state IN ('started', 'unknown');
 
+/*
+ * Started attempts by deadline: lets the sweeper find overdue attempts
+ * without scanning the table.
+ */
+CREATE INDEX attempts_started_deadline
+	ON jobguard.attempts (deadline)
+	WHERE state = 'started';
+
 COMMENT ON TABLE jobguard.attempts IS 'tries at a job, one per provider call; at most one open (started or unknown) per job';
 COMMENT ON INDEX jobguard.attempts_one_open_per_job IS 'the gate''s backstop: at most one open attempt per job';
 
@@ -324,6 +332,38 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION jobguard.attempts_of(bigint) IS 'the attempts of one job, in order';
 
 ---------------------------------------------------------------------------
+-- Operations: waiting, retention, counters.
+---------------------------------------------------------------------------
+
+CREATE FUNCTION jobguard.await(job_id bigint, timeout interval)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_await'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION jobguard.await(bigint, interval) IS 'wait until the job succeeds, fails or is cancelled, or the timeout passes; returns its state';
+
+CREATE FUNCTION jobguard.purge(older_than interval, batch_size integer DEFAULT 1000)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobguard_purge'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.purge(interval, integer) IS 'delete jobs terminal for longer than older_than, with their attempts; their keys can be used again';
+
+CREATE FUNCTION jobguard.stats(OUT metric text, OUT value bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'jobguard_stats'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION jobguard.stats() IS 'jobs and attempts by state, and event counters since start or stats_reset() (NULL unless preloaded)';
+
+CREATE FUNCTION jobguard.stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'jobguard_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.stats_reset() IS 'set this database''s jobguard event counters back to zero';
+
+---------------------------------------------------------------------------
 -- Invariants, checked on demand (after a crash, a restore, an upgrade).
 ---------------------------------------------------------------------------
 
@@ -442,7 +482,8 @@ BEGIN
 				   ' jobguard.certification_overview TO %I', role);
 	EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.attempt_state(text, timestamptz),'
 				   ' jobguard.job_state(bigint), jobguard.job(bigint), jobguard.attempts_of(bigint),'
-				   ' jobguard.check_result(text, jsonb), jobguard.check_invariants() TO %I', role);
+				   ' jobguard.check_result(text, jsonb), jobguard.check_invariants(),'
+				   ' jobguard.await(bigint, interval), jobguard.stats() TO %I', role);
 END
 $$;
 

@@ -15,9 +15,14 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
+#include "commands/async.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
+#include "pgstat.h"
+#include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -28,6 +33,13 @@
 #include "jobguard.h"
 
 PG_MODULE_MAGIC;
+
+/* The channel jobguard notifies when a job succeeds, fails or is cancelled. */
+#define JOBS_CHANNEL "jobguard_jobs"
+
+/* How long await() sleeps between two looks, at first and at most. */
+#define AWAIT_FIRST_SLEEP_MS 2
+#define AWAIT_MAX_SLEEP_MS 100
 
 /* Longest owner_id, idempotency_key and attempt_key, in characters. */
 #define MAX_KEY_CHARS 255
@@ -56,6 +68,48 @@ PG_FUNCTION_INFO_V1(jobguard_define_operation);
 PG_FUNCTION_INFO_V1(jobguard_certify_provider);
 PG_FUNCTION_INFO_V1(jobguard_revoke_provider);
 PG_FUNCTION_INFO_V1(jobguard_check_result);
+PG_FUNCTION_INFO_V1(jobguard_await);
+PG_FUNCTION_INFO_V1(jobguard_purge);
+PG_FUNCTION_INFO_V1(jobguard_stats);
+PG_FUNCTION_INFO_V1(jobguard_stats_reset);
+
+void		_PG_init(void);
+
+/*
+ * _PG_init: define the GUCs; when loaded through shared_preload_libraries,
+ * also reserve the shared counters and register the sweeper workers.
+ * Without preloading everything else works: the derived state is the truth.
+ */
+void
+_PG_init(void)
+{
+	sweeper_init();
+	if (process_shared_preload_libraries_in_progress)
+		stats_init();
+}
+
+/*
+ * notify_job: NOTIFY jobguard_jobs, '<job_id>:<state>'.  Delivered when the
+ * transaction commits, never before, and not at all if it rolls back.
+ */
+static void
+notify_job(int64 job_id, const char *state)
+{
+	Async_Notify(JOBS_CHANNEL, psprintf("%lld:%s", (long long) job_id, state));
+}
+
+/*
+ * notify_if_job_failed: after an attempt failed, notify when that made the
+ * job itself failed (its last allowed attempt).
+ */
+static void
+notify_if_job_failed(int64 job_id)
+{
+	char	   *state;
+
+	if (store_fresh_job_state(job_id, &state) && strcmp(state, "failed") == 0)
+		notify_job(job_id, "failed");
+}
 
 /*
  * require_arg: raise 22004 naming the argument if it is NULL.  A NULL
@@ -231,6 +285,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 							 provider, max_attempts, max_attempts_null, &job_id))
 		{
 			created = true;
+			stats_count(STAT_SUBMITS_CREATED);
 			break;
 		}
 		if (store_match_job(owner_id, idempotency_key, operation, params,
@@ -238,6 +293,8 @@ jobguard_submit(PG_FUNCTION_ARGS)
 		{
 			if (!match.same_operation || !match.same_params ||
 				!match.same_provider || !match.same_max_attempts)
+			{
+				stats_count(STAT_KEY_CONFLICTS);
 				ereport(ERROR,
 						(errcode(ERRCODE_JG_IDEMPOTENCY_KEY_REUSED),
 						 errmsg("idempotency key \"%s\" of owner \"%s\" was already used for a different request",
@@ -247,6 +304,8 @@ jobguard_submit(PG_FUNCTION_ARGS)
 								   (long long) match.job_id, describe_mismatch(&match)),
 						 errhint("Use a new idempotency key for a new request, or resend the original request unchanged to get job %lld.",
 								 (long long) match.job_id)));
+			}
+			stats_count(STAT_SUBMITS_REPLAYED);
 			job_id = match.job_id;
 			break;
 		}
@@ -433,12 +492,16 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 								psprintf("result breaks the output contract of operation \"%s\": %s",
 										 job.operation, violation),
 								0, (Datum) 0);
+			stats_count(STAT_CONTRACT_REJECTIONS);
+			notify_if_job_failed(attempt.job_id);
 			outcome = "rejected";
 		}
 		else if (store_cas_finish(attempt.job_id, attempt.read_version,
 								  attempt_id, result))
 		{
 			store_close_attempt(attempt_id, ATTEMPT_SUCCEEDED, NULL, 0, (Datum) 0);
+			stats_count(STAT_CAS_WINS);
+			notify_job(attempt.job_id, "succeeded");
 			outcome = "won";
 		}
 		else
@@ -456,6 +519,7 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 				ereport(LOG,
 						(errmsg("jobguard: attempt %lld of job %lld reported after the job was cancelled; its result was discarded",
 								(long long) attempt_id, (long long) attempt.job_id)));
+			stats_count(STAT_CAS_LOSSES);
 			outcome = "lost";
 		}
 	}
@@ -481,6 +545,7 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	require_transition(ACTION_FAIL, &attempt);
 	store_close_attempt(attempt_id, ATTEMPT_FAILED, TextDatumGetCString(error),
 						0, (Datum) 0);
+	notify_if_job_failed(attempt.job_id);
 	store_finish();
 	PG_RETURN_DATUM(text_result("failed"));
 }
@@ -555,7 +620,10 @@ jobguard_cancel_job(PG_FUNCTION_ARGS)
 						(long long) job_id),
 				 errdetail("Attempt %lld holds its result.", (long long) job.completed_by)));
 	if (!job.cancelled)
+	{
 		store_cancel_job(job_id, reason);
+		notify_job(job_id, "cancelled");
+	}
 	store_finish();
 	PG_RETURN_DATUM(text_result("cancelled"));
 }
@@ -696,4 +764,157 @@ jobguard_check_result(PG_FUNCTION_ARGS)
 	if (violation == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(violation));
+}
+
+/* is_terminal_job_state: succeeded, cancelled and failed never change back. */
+static bool
+is_terminal_job_state(const char *state)
+{
+	return strcmp(state, "succeeded") == 0 ||
+		strcmp(state, "cancelled") == 0 ||
+		strcmp(state, "failed") == 0;
+}
+
+/*
+ * jobguard.await(job_id, timeout) -> the job's state
+ *
+ * Waits until the job succeeds, fails or is cancelled, or the timeout
+ * passes, and returns the state at that moment.  It looks again with a
+ * fresh snapshot after short sleeps (2 ms, doubling up to 100 ms) on the
+ * process latch, so statement_timeout and cancel interrupt it at once.  A
+ * REPEATABLE READ or SERIALIZABLE snapshot could never see the outcome, so
+ * those isolation levels are refused.
+ */
+Datum
+jobguard_await(PG_FUNCTION_ARGS)
+{
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+	Interval   *timeout;
+	int64		timeout_ms;
+	TimestampTz deadline;
+	long		sleep_ms = AWAIT_FIRST_SLEEP_MS;
+	char	   *state;
+
+	require_arg(fcinfo, 1, "timeout");
+	timeout = PG_GETARG_INTERVAL_P(1);
+	/* a day counts as 24 hours and a month as 30 days, as interval comparison does */
+	timeout_ms = timeout->time / 1000 +
+		((int64) timeout->month * DAYS_PER_MONTH + timeout->day) * SECS_PER_DAY * 1000;
+	if (timeout_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"timeout\" of jobguard.await() must not be negative")));
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("jobguard.await() cannot run in a %s transaction",
+						IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errdetail("Its snapshot could never see the job's outcome."),
+				 errhint("Call it in READ COMMITTED, or outside a transaction block.")));
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	for (;;)
+	{
+		long		remaining_ms;
+
+		store_connect();
+		if (!store_fresh_job_state(job_id, &state))
+			ereport(ERROR,
+					(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+					 errmsg("job %lld does not exist", (long long) job_id)));
+		store_finish();
+
+		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (is_terminal_job_state(state) || remaining_ms <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		sleep_ms = Min(sleep_ms * 2, AWAIT_MAX_SLEEP_MS);
+	}
+	PG_RETURN_DATUM(text_result(state));
+}
+
+/*
+ * jobguard.purge(older_than, batch_size) -> bigint
+ *
+ * Deletes jobs that are terminal (succeeded, cancelled, failed) since
+ * longer than older_than, with their attempts, batch_size at a time;
+ * returns how many jobs it deleted.  Jobs with an open attempt are never
+ * purged.  After purge an owner's key is free again: jobguard remembers a
+ * key for as long as its job exists.
+ */
+Datum
+jobguard_purge(PG_FUNCTION_ARGS)
+{
+	Interval   *older_than;
+	int32		batch_size;
+	Interval	zero_interval = {0};
+	TimestampTz cutoff;
+	int64		deleted;
+
+	require_arg(fcinfo, 0, "older_than");
+	require_arg(fcinfo, 1, "batch_size");
+	older_than = PG_GETARG_INTERVAL_P(0);
+	batch_size = PG_GETARG_INT32(1);
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
+										 IntervalPGetDatum(&zero_interval))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"older_than\" of jobguard.purge() must not be negative")));
+	if (batch_size < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"batch_size\" of jobguard.purge() must be at least 1"),
+				 errdetail("It is %d.", batch_size)));
+
+	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+													 TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
+													 IntervalPGetDatum(older_than)));
+	store_connect();
+	deleted = store_purge(cutoff, batch_size);
+	store_finish();
+	PG_RETURN_INT64(deleted);
+}
+
+/*
+ * jobguard.stats() -> (metric, value) rows
+ *
+ * Jobs and attempts by state (counted from the tables now), then the event
+ * counters of this database since server start or stats_reset() — NULL
+ * when jobguard is not in shared_preload_libraries.
+ */
+Datum
+jobguard_stats(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	store_connect();
+	store_state_counts(rsinfo);
+	store_finish();
+
+	for (int c = 0; c < STAT_COUNT; c++)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+		uint64		count;
+
+		values[0] = text_result(stats_counter_name((StatCounter) c));
+		if (stats_read((StatCounter) c, &count))
+			values[1] = Int64GetDatum((int64) count);
+		else
+			nulls[1] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* jobguard.stats_reset() -> void: zero this database's event counters. */
+Datum
+jobguard_stats_reset(PG_FUNCTION_ARGS)
+{
+	stats_reset();
+	PG_RETURN_VOID();
 }

@@ -104,6 +104,30 @@ typedef struct SavedIdentity
 extern void become_tables_owner(SavedIdentity *saved);
 extern void become_caller_again(const SavedIdentity *saved);
 
+/* The event counters of stats.c, in the order jobguard.stats() shows them. */
+typedef enum StatCounter
+{
+	STAT_SUBMITS_CREATED,
+	STAT_SUBMITS_REPLAYED,
+	STAT_KEY_CONFLICTS,
+	STAT_GATE_REFUSALS,
+	STAT_CAS_WINS,
+	STAT_CAS_LOSSES,
+	STAT_CONTRACT_REJECTIONS
+} StatCounter;
+
+#define STAT_COUNT (STAT_CONTRACT_REJECTIONS + 1)
+
+/* stats.c: event counters in shared memory (when preloaded) */
+extern void stats_init(void);
+extern void stats_count(StatCounter counter);
+extern bool stats_read(StatCounter counter, uint64 *value);
+extern const char *stats_counter_name(StatCounter counter);
+extern void stats_reset(void);
+
+/* sweeper.c: the background worker writing down overdue attempts */
+extern void sweeper_init(void);
+
 /* states.c: the state table and the gate */
 extern AttemptState attempt_state_from_name(const char *name);
 extern const char *attempt_state_name(AttemptState state);
@@ -151,5 +175,9 @@ extern void store_certify_provider(Datum operation, Datum provider,
 extern bool store_revoke_provider(Datum operation, Datum provider);
 extern bool store_operation_contract(Datum operation, int64 *version,
 									 Datum *contract);
+extern bool store_fresh_job_state(int64 job_id, char **state);
+extern uint64 store_sweep_overdue(int batch_size);
+extern int64 store_purge(TimestampTz cutoff, int batch_size);
+extern void store_state_counts(ReturnSetInfo *rsinfo);
 
 #endif							/* JOBGUARD_H */

@@ -136,6 +136,8 @@ require_gate_open(const JobRow *job, const AttemptRow *last)
 				 errhint("Submit a new request with a new idempotency key to try again.")));
 
 	if (last != NULL && attempt_state_is_open(last->state))
+	{
+		stats_count(STAT_GATE_REFUSALS);
 		ereport(ERROR,
 				(errcode(ERRCODE_JG_ATTEMPT_IN_FLIGHT),
 				 errmsg("job %lld already has an attempt in flight", (long long) job->id),
@@ -152,6 +154,7 @@ require_gate_open(const JobRow *job, const AttemptRow *last)
 				 errhint("Wait for it to finish or fail, or stop waiting with "
 						 "jobguard.cancel_attempt(%lld, reason).",
 						 (long long) last->id)));
+	}
 }
 
 /*

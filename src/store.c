@@ -18,6 +18,7 @@
 
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
@@ -48,10 +49,35 @@ typedef enum StatementId
 	STMT_CERTIFY_PROVIDER,
 	STMT_REVOKE_PROVIDER,
 	STMT_OPERATION_CONTRACT,
+	STMT_FRESH_JOB_STATE,
+	STMT_SWEEP_OVERDUE,
+	STMT_PURGE_PAGE,
+	STMT_STATE_COUNTS,
 	STMT_COUNT
 } StatementId;
 
 #define MAX_STATEMENT_ARGS 6
+
+/* A job's derived state; read with the caller's snapshot or a fresh one. */
+#define JOB_STATE_SQL \
+	"SELECT v.state FROM jobguard.job_overview v" \
+	" WHERE v.job_id OPERATOR(pg_catalog.=) $1"
+
+/*
+ * A job that is terminal (succeeded, cancelled, or failed: max_attempts
+ * attempts, none open) since before the cut-off $1, on alias j.  A job with
+ * an open attempt is never terminal here, whatever its state: its provider
+ * may still report, and that report must find its attempt.
+ */
+#define PURGEABLE_SQL \
+	"NOT EXISTS (SELECT 1 FROM jobguard.attempts o" \
+	"  WHERE o.job_id OPERATOR(pg_catalog.=) j.id" \
+	"  AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))" \
+	" AND COALESCE(j.completed_at, j.cancelled_at," \
+	"  (SELECT pg_catalog.max(COALESCE(f.finished_at, f.cancelled_at))" \
+	"     FROM jobguard.attempts f WHERE f.job_id OPERATOR(pg_catalog.=) j.id" \
+	"   HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>=) j.max_attempts))" \
+	"  OPERATOR(pg_catalog.<) $1"
 
 /* One statement: its text, argument types, and the SPI result it must give. */
 typedef struct StatementDef
@@ -235,8 +261,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 	[STMT_JOB_STATE] = {
 		"job state",
-		"SELECT v.state FROM jobguard.job_overview v"
-		" WHERE v.job_id OPERATOR(pg_catalog.=) $1",
+		JOB_STATE_SQL,
 		1, {INT8OID},
 		SPI_OK_SELECT, true
 	},
@@ -300,6 +325,69 @@ static const StatementDef statements[STMT_COUNT] = {
 		"SELECT o.contract_version, o.output_contract FROM jobguard.operations o"
 		" WHERE o.operation OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID},
+		SPI_OK_SELECT, true
+	},
+	/* The same as STMT_JOB_STATE, but with a fresh snapshot each time. */
+	[STMT_FRESH_JOB_STATE] = {
+		"fresh job state",
+		JOB_STATE_SQL,
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Overdue started attempts, oldest deadline first, skipping any that a
+	 * finish or cancel holds locked right now.
+	 */
+	[STMT_SWEEP_OVERDUE] = {
+		"sweep overdue",
+		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"  SELECT o.id FROM jobguard.attempts o"
+		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'"
+		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		"   ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED))"
+		" AND a.state OPERATOR(pg_catalog.=) 'started'",
+		1, {INT4OID},
+		SPI_OK_UPDATE, false
+	},
+	/*
+	 * One page of purge: the next $3 jobs after id $2 in id order, and the
+	 * terminal ones among them deleted (their attempts go with them).
+	 * Returns the page's last id, how many were deleted, and the page's
+	 * newest creation time, which tells the caller when to stop.
+	 */
+	[STMT_PURGE_PAGE] = {
+		"purge page",
+		"WITH page AS ("
+		"  SELECT c.id, c.created_at FROM jobguard.jobs c"
+		"   WHERE c.id OPERATOR(pg_catalog.>) $2 ORDER BY c.id LIMIT $3),"
+		" gone AS ("
+		"  DELETE FROM jobguard.jobs AS j USING page"
+		"   WHERE j.id OPERATOR(pg_catalog.=) page.id AND " PURGEABLE_SQL
+		"  RETURNING j.id)"
+		" SELECT (SELECT pg_catalog.max(page.id) FROM page),"
+		"  (SELECT pg_catalog.count(*) FROM gone),"
+		"  (SELECT pg_catalog.max(page.created_at) FROM page)",
+		3, {TIMESTAMPTZOID, INT8OID, INT4OID},
+		SPI_OK_SELECT, false
+	},
+	/* How many jobs and attempts are in each state, zeros included. */
+	[STMT_STATE_COUNTS] = {
+		"state counts",
+		"SELECT x.metric, x.value FROM ("
+		" SELECT 1 AS kind, s.n, 'jobs.' OPERATOR(pg_catalog.||) s.state AS metric,"
+		"  (SELECT pg_catalog.count(*) FROM jobguard.job_overview v"
+		"    WHERE v.state OPERATOR(pg_catalog.=) s.state) AS value"
+		" FROM pg_catalog.unnest('{pending,running,unknown,succeeded,failed,cancelled}'::pg_catalog.text[])"
+		"  WITH ORDINALITY AS s(state, n)"
+		" UNION ALL"
+		" SELECT 2, s.n, 'attempts.' OPERATOR(pg_catalog.||) s.state,"
+		"  (SELECT pg_catalog.count(*) FROM jobguard.attempt_overview v"
+		"    WHERE v.state OPERATOR(pg_catalog.=) s.state)"
+		" FROM pg_catalog.unnest('{started,unknown,cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
+		"  WITH ORDINALITY AS s(state, n)) x"
+		" ORDER BY x.kind, x.n",
+		0, {0},
 		SPI_OK_SELECT, true
 	},
 };
@@ -775,4 +863,75 @@ store_operation_contract(Datum operation, int64 *version, Datum *contract)
 	*version = column_int64(1, &isnull);
 	*contract = column_value(2, &isnull);
 	return true;
+}
+
+/*
+ * store_fresh_job_state: a job's derived state read with a fresh snapshot,
+ * so that it sees what this call wrote and what other sessions committed
+ * meanwhile (a waiting call needs both).
+ */
+bool
+store_fresh_job_state(int64 job_id, char **state)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+
+	if (run(STMT_FRESH_JOB_STATE, values, NULL) == 0)
+		return false;
+	*state = store_keep_string(column_text(1));
+	return true;
+}
+
+/* store_sweep_overdue: mark up to batch_size overdue attempts unknown. */
+uint64
+store_sweep_overdue(int batch_size)
+{
+	Datum		values[1] = {Int32GetDatum(batch_size)};
+
+	return run(STMT_SWEEP_OVERDUE, values, NULL);
+}
+
+/*
+ * store_purge: delete jobs terminal since before cutoff, with their
+ * attempts, a page of batch_size jobs at a time in id order.  Ids grow with
+ * creation time, so the scan stops at the first page created after the
+ * cut-off: a job created later cannot have ended earlier.  Returns how
+ * many jobs were deleted.
+ */
+int64
+store_purge(TimestampTz cutoff, int batch_size)
+{
+	int64		after = 0;
+	int64		deleted = 0;
+
+	for (;;)
+	{
+		Datum		values[3] = {TimestampTzGetDatum(cutoff), Int64GetDatum(after),
+		Int32GetDatum(batch_size)};
+		bool		isnull;
+		TimestampTz newest;
+
+		run(STMT_PURGE_PAGE, values, NULL);
+		after = column_int64(1, &isnull);
+		if (isnull)
+			break;				/* no jobs after this page */
+		deleted += column_int64(2, &isnull);
+		newest = DatumGetTimestampTz(column_value(3, &isnull));
+		if (newest >= cutoff)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	return deleted;
+}
+
+/*
+ * store_state_counts: put a (metric, value) row per job and attempt state
+ * into the materialized result set.
+ */
+void
+store_state_counts(ReturnSetInfo *rsinfo)
+{
+	uint64		n = run(STMT_STATE_COUNTS, NULL, NULL);
+
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
 }

@@ -1,0 +1,196 @@
+/*-------------------------------------------------------------------------
+ *
+ * sweeper.c
+ *	  The timeout sweeper: a background worker per database listed in
+ *	  jobguard.database that writes 'unknown' for started attempts past
+ *	  their deadline, every jobguard.sweep_interval, in small batches.
+ *
+ * The derived state is the truth either way (jobguard.attempt_state()
+ * treats an overdue started attempt as unknown everywhere); the sweeper
+ * only makes the stored state match it, so that overdue attempts are
+ * visible to plain SQL and to other tools.  It runs only when jobguard is
+ * in shared_preload_libraries, survives errors (it logs them and tries
+ * again next interval), stops on SIGTERM, and does nothing in a database
+ * where the extension is not installed.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/varlena.h"
+
+#include "jobguard.h"
+
+/* GUC jobguard.database: the databases to sweep, comma-separated. */
+static char *sweep_databases = NULL;
+/* GUC jobguard.sweep_interval: milliseconds between sweeps. */
+static int	sweep_interval_ms = 1000;
+/* GUC jobguard.sweep_batch_size: attempts written per transaction. */
+static int	sweep_batch_size = 500;
+
+/* Seconds before the postmaster restarts a sweeper that exited on error. */
+#define SWEEPER_RESTART_SECONDS 5
+
+PGDLLEXPORT void jobguard_sweeper_main(Datum main_arg);
+
+/*
+ * sweeper_init: define the sweeper's GUCs and, while shared_preload_
+ * libraries are loaded, define jobguard.database and register one worker
+ * per database it names.
+ */
+void
+sweeper_init(void)
+{
+	char	   *names;
+	List	   *databases;
+	ListCell   *lc;
+
+	DefineCustomIntVariable("jobguard.sweep_interval",
+							"Time between two sweeps for overdue attempts.",
+							NULL, &sweep_interval_ms, 1000, 10, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("jobguard.sweep_batch_size",
+							"Overdue attempts the sweeper marks unknown per transaction.",
+							NULL, &sweep_batch_size, 500, 1, 100000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	/* the worker list is fixed at server start, so only then is it defined */
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("jobguard.database",
+								   "Databases in which the jobguard sweeper runs (comma-separated).",
+								   NULL, &sweep_databases, "postgres",
+								   PGC_POSTMASTER, 0, NULL, NULL, NULL);
+	MarkGUCPrefixReserved("jobguard");
+
+	if (!process_shared_preload_libraries_in_progress)
+		return;
+
+	names = pstrdup(sweep_databases);
+	if (!SplitIdentifierString(names, ',', &databases))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid list syntax in parameter \"jobguard.database\"")));
+
+	foreach(lc, databases)
+	{
+		const char *dbname = (const char *) lfirst(lc);
+		BackgroundWorker worker = {0};
+
+		if (strlen(dbname) >= BGW_EXTRALEN)
+			ereport(ERROR,
+					(errcode(ERRCODE_NAME_TOO_LONG),
+					 errmsg("database name \"%s\" in \"jobguard.database\" is too long", dbname)));
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = SWEEPER_RESTART_SECONDS;
+		snprintf(worker.bgw_library_name, BGW_MAXLEN, "jobguard");
+		snprintf(worker.bgw_function_name, BGW_MAXLEN, "jobguard_sweeper_main");
+		snprintf(worker.bgw_name, BGW_MAXLEN, "jobguard sweeper for database %s", dbname);
+		snprintf(worker.bgw_type, BGW_MAXLEN, "jobguard sweeper");
+		strlcpy(worker.bgw_extra, dbname, BGW_EXTRALEN);
+		RegisterBackgroundWorker(&worker);
+	}
+}
+
+/*
+ * sweep_batch: in one transaction, mark up to sweep_batch_size overdue
+ * attempts unknown.  Returns how many it marked, or 0 when jobguard is not
+ * installed in this database.
+ */
+static uint64
+sweep_batch(void)
+{
+	uint64		marked = 0;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, "jobguard: marking overdue attempts unknown");
+
+	if (OidIsValid(get_extension_oid("jobguard", true)))
+	{
+		store_connect();
+		marked = store_sweep_overdue(sweep_batch_size);
+		store_finish();
+	}
+
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	pgstat_report_stat(false);
+	return marked;
+}
+
+/*
+ * sweep: mark every overdue attempt unknown, batch after batch.  An error
+ * is logged and the transaction aborted; the next interval tries again, so
+ * a broken sweep never takes the worker down.
+ */
+static void
+sweep(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		while (sweep_batch() >= (uint64) sweep_batch_size)
+			CHECK_FOR_INTERRUPTS();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+}
+
+/*
+ * jobguard_sweeper_main: the worker's entry point.  Connects to its
+ * database (bgw_extra), then sweeps every sweep_interval until SIGTERM.
+ */
+void
+jobguard_sweeper_main(Datum main_arg)
+{
+	char		dbname[BGW_EXTRALEN];
+
+	strlcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+
+	ereport(LOG,
+			(errmsg("jobguard sweeper started for database \"%s\"", dbname),
+			 errdetail("Sweeping every %d ms, %d attempts per transaction.",
+					   sweep_interval_ms, sweep_batch_size)));
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		sweep();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 sweep_interval_ms, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
