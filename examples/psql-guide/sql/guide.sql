@@ -1,0 +1,70 @@
+-- The queries of examples/psql-guide.md, run against a small story so that
+-- the guide shows real output and never goes stale.  check-guide.js checks
+-- that every SQL block of the guide is in this file and every output block
+-- in expected/guide.out.
+\set VERBOSITY terse
+\pset null '(null)'
+
+-- the story (quiet): four jobs
+\o /dev/null
+SELECT jobguard.certify_provider('charge', 'backup-psp');
+-- 1: alice's checkout; main-psp stalls, fails over, the late answer loses
+SELECT jobguard.submit('alice', 'checkout-42', 'charge', '{"amount": 1999}', 'main-psp');
+SELECT jobguard.begin_attempt(1);
+SELECT jobguard.fail_attempt(1, 'main-psp: 502 Bad Gateway');
+SELECT jobguard.begin_attempt(1);
+SELECT jobguard.mark_unknown(2);
+SELECT jobguard.cancel_attempt(2, 'no answer for 30 s, failing over');
+SELECT jobguard.begin_attempt(1, 'backup-psp');
+SELECT jobguard.finish_attempt(3, '{"charge_id": "bk_7"}');
+SELECT jobguard.finish_attempt(2, '{"charge_id": "mn_7"}');
+-- 2: bob's order is cancelled by support; the provider answers anyway
+SELECT jobguard.submit('bob', 'order-9', 'charge', '{"amount": 500}', 'main-psp');
+SELECT jobguard.begin_attempt(2);
+SELECT jobguard.cancel_job(2, 'customer called support');
+SELECT jobguard.finish_attempt(4, '{"charge_id": "mn_8"}');
+-- 3: carol's order, its attempt's deadline has passed (nobody wrote it down)
+SELECT jobguard.submit('carol', 'order-1', 'charge', '{"amount": 250}', 'main-psp');
+SELECT jobguard.begin_attempt(3, timeout => '10 milliseconds');
+-- 4: dave's order, a worker saw the timeout and marked it unknown
+SELECT jobguard.submit('dave', 'order-3', 'charge', '{"amount": 75}', 'main-psp');
+SELECT jobguard.begin_attempt(4, timeout => '1 hour');
+SELECT jobguard.mark_unknown(6);
+SELECT pg_sleep(0.1);
+\o
+
+-- find a job by owner and key
+SELECT job_id, state, provider, params, attempts, completed_by, result
+  FROM jobguard.job_overview
+ WHERE owner_id = 'alice' AND idempotency_key = 'checkout-42';
+
+-- its attempts, in order
+SELECT attempt_no, attempt_id, provider, state, error, lost_to, cancel_reason
+  FROM jobguard.attempts_of((SELECT id FROM jobguard.jobs
+                              WHERE owner_id = 'alice' AND idempotency_key = 'checkout-42'));
+
+-- every lost race of the last hour, with what the loser did
+SELECT l.job_id, j.owner_id, j.idempotency_key,
+       l.attempt_id AS loser, l.provider AS loser_provider, l.lost_result,
+       l.lost_to AS winner, w.provider AS winner_provider
+  FROM jobguard.attempt_overview l
+  JOIN jobguard.jobs j ON j.id = l.job_id
+  LEFT JOIN jobguard.attempts w ON w.id = l.lost_to
+ WHERE l.state = 'lost'
+   AND l.finished_at > now() - interval '1 hour'
+ ORDER BY l.finished_at;
+
+-- stuck: attempts that are unknown (marked, or started past their deadline)
+SELECT o.attempt_id, o.job_id, j.owner_id, o.provider, o.state,
+       a.state AS stored_state, o.deadline < now() AS past_deadline
+  FROM jobguard.attempt_overview o
+  JOIN jobguard.attempts a ON a.id = o.attempt_id
+  JOIN jobguard.jobs j ON j.id = o.job_id
+ WHERE o.state = 'unknown'
+ ORDER BY o.attempt_id;
+
+-- the jobs that wait on them
+SELECT job_id, owner_id, state, attempts
+  FROM jobguard.job_overview
+ WHERE state = 'unknown'
+ ORDER BY job_id;
