@@ -364,6 +364,94 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION jobguard.stats_reset() IS 'set this database''s jobguard event counters back to zero';
 
 ---------------------------------------------------------------------------
+-- Sharding: ids that name their shard.
+---------------------------------------------------------------------------
+
+/*
+ * This database's place among the shards of a deployment (one row, or none
+ * for an unsharded database).  On shard k of n, job and attempt ids are
+ * k, k + n, k + 2n, ... (with n instead of 0 for shard 0), so id % n names
+ * the shard of any job or attempt and a call carrying only an id can be
+ * routed.
+ */
+CREATE TABLE jobguard.shard (
+	singleton		boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+	shard_no		integer NOT NULL,
+	shard_count		integer NOT NULL,
+	configured_at	timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT shard_count_power_of_two
+		CHECK (shard_count BETWEEN 1 AND 1024 AND (shard_count & (shard_count - 1)) = 0),
+	CONSTRAINT shard_no_in_range CHECK (shard_no >= 0 AND shard_no < shard_count)
+);
+
+COMMENT ON TABLE jobguard.shard IS 'this database''s shard number and the deployment''s shard count';
+
+/*
+ * configure_shard: make this database shard shard_no of shard_count.  Safe
+ * before any job exists; refused (55000) once jobs exist, unless it is the
+ * configuration already in force — re-applying that is how a shard restored
+ * from pg_dump gets its id sequences back (pg_dump keeps their values, not
+ * their increments).
+ */
+CREATE FUNCTION jobguard.configure_shard(shard_no integer, shard_count integer)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	current_config jobguard.shard;
+	seq text;
+	next_id bigint;
+BEGIN
+	IF shard_no IS NULL OR shard_count IS NULL THEN
+		RAISE EXCEPTION 'argument "%" of jobguard.configure_shard() must not be null',
+			CASE WHEN shard_no IS NULL THEN 'shard_no' ELSE 'shard_count' END
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF shard_count NOT BETWEEN 1 AND 1024 OR (shard_count & (shard_count - 1)) <> 0 THEN
+		RAISE EXCEPTION 'shard_count must be a power of two from 1 to 1024'
+			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', shard_count);
+	END IF;
+	IF shard_no < 0 OR shard_no >= shard_count THEN
+		RAISE EXCEPTION 'shard_no must be from 0 to %', shard_count - 1
+			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', shard_no);
+	END IF;
+
+	-- no job or attempt may be created while the sequences change
+	LOCK TABLE jobguard.jobs, jobguard.attempts IN EXCLUSIVE MODE;
+	SELECT * INTO current_config FROM jobguard.shard;
+	IF EXISTS (SELECT 1 FROM jobguard.jobs)
+	   AND (current_config.shard_no IS DISTINCT FROM shard_no
+			OR current_config.shard_count IS DISTINCT FROM shard_count) THEN
+		RAISE EXCEPTION 'cannot change the shard configuration of a database that holds jobs'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('It is configured as %s.',
+								  CASE WHEN current_config.shard_count IS NULL THEN 'an unsharded database'
+									   ELSE format('shard %s of %s', current_config.shard_no,
+												   current_config.shard_count) END),
+				  HINT = 'Configure shards before the first job is submitted.';
+	END IF;
+
+	-- each sequence continues at the first id above every id it has given
+	-- whose remainder is this shard's number
+	FOREACH seq IN ARRAY ARRAY['jobs', 'attempts'] LOOP
+		EXECUTE format('SELECT coalesce(max(id), 0) + 1 FROM jobguard.%I', seq) INTO next_id;
+		next_id := next_id + ((shard_no - next_id % shard_count) + shard_count) % shard_count;
+		EXECUTE format('ALTER SEQUENCE jobguard.%I INCREMENT BY %s MINVALUE 1 RESTART WITH %s',
+					   seq || '_id_seq', shard_count, next_id);
+	END LOOP;
+
+	INSERT INTO jobguard.shard (shard_no, shard_count)
+	VALUES (shard_no, shard_count)
+	ON CONFLICT (singleton) DO UPDATE
+		SET shard_no = EXCLUDED.shard_no, shard_count = EXCLUDED.shard_count,
+			configured_at = pg_catalog.now();
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.configure_shard(integer, integer) IS 'make this database shard shard_no of shard_count: ids then encode the shard (id % shard_count = shard_no)';
+
+---------------------------------------------------------------------------
 -- Invariants, checked on demand (after a crash, a restore, an upgrade).
 ---------------------------------------------------------------------------
 
@@ -534,7 +622,8 @@ COMMENT ON FUNCTION jobguard.revoke_client(name) IS 'take back what grant_client
 
 /* The grant functions themselves are the owner's alone. */
 REVOKE EXECUTE ON FUNCTION jobguard.require_role(name, text), jobguard.grant_reader(name),
-	jobguard.grant_client(name), jobguard.revoke_client(name) FROM PUBLIC;
+	jobguard.grant_client(name), jobguard.revoke_client(name),
+	jobguard.configure_shard(integer, integer) FROM PUBLIC;
 
 ---------------------------------------------------------------------------
 -- pg_dump keeps the user data of these tables and sequences.
@@ -547,3 +636,4 @@ SELECT pg_catalog.pg_extension_config_dump('jobguard.attempts_id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('jobguard.operations', '');
 SELECT pg_catalog.pg_extension_config_dump('jobguard.contract_version_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('jobguard.certifications', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.shard', '');
