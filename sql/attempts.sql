@@ -2,14 +2,7 @@
 -- SQLSTATE, deadlines, attempt_key replay, idempotent finish, cancel_job.
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
 	RESTART IDENTITY;
-CREATE FUNCTION pg_temp.sqlstate_of(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE stmt;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/helpers.sql
 -- the whole error, with the deadline timestamp masked so the output is stable
 CREATE FUNCTION pg_temp.error_of(stmt text) RETURNS text
 LANGUAGE plpgsql AS $$

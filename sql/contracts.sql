@@ -2,14 +2,7 @@
 -- 'rejected' path, and failover only to certified providers (JG004).
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
 	RESTART IDENTITY;
-CREATE FUNCTION pg_temp.sqlstate_of(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE stmt;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/helpers.sql
 -- a contract refused at definition time: SQLSTATE, message and detail
 CREATE FUNCTION pg_temp.contract_error(contract jsonb) RETURNS text
 LANGUAGE plpgsql AS $$

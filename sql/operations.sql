@@ -2,14 +2,7 @@
 -- specs/notify.spec, purge and its retention rule, stats.
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
 	RESTART IDENTITY;
-CREATE FUNCTION pg_temp.sqlstate_of(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE stmt;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/helpers.sql
 
 -- await: a second session waits for a job that this session finishes
 CREATE EXTENSION IF NOT EXISTS dblink;

@@ -2,14 +2,7 @@
 -- an id alone names its shard.  Runs last: it ends unsharded again.
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
 	RESTART IDENTITY;
-CREATE FUNCTION pg_temp.sqlstate_of(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE stmt;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/helpers.sql
 
 SELECT jobguard.configure_shard(2, 4);
 SELECT shard_no, shard_count FROM jobguard.shard;

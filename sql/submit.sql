@@ -1,13 +1,5 @@
 -- jobguard.submit: new jobs, replays, conflicts, and every bad input.
--- sqlstate_of runs a statement and shows the SQLSTATE and message it raised.
-CREATE FUNCTION pg_temp.sqlstate_of(stmt text) RETURNS text
-LANGUAGE plpgsql AS $$
-BEGIN
-	EXECUTE stmt;
-	RETURN 'no error';
-EXCEPTION WHEN OTHERS THEN
-	RETURN SQLSTATE || ': ' || SQLERRM;
-END $$;
+\i sql/include/helpers.sql
 
 -- a new (owner, key) creates a job
 SELECT * FROM jobguard.submit('alice', 'order-1', 'charge', '{"amount": 100, "currency": "EUR"}', 'stripe');

@@ -325,6 +325,16 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, columns, nulls)));
 }
 
+/* report_job_not_found: raise JG008 for a job id that names no job. */
+static void
+pg_attribute_noreturn()
+report_job_not_found(int64 job_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+			 errmsg("job %lld does not exist", (long long) job_id)));
+}
+
 /*
  * is_own_begin_replay: true when a begin names the key of the job's open
  * attempt (and no other provider): a worker retrying its own begin after a
@@ -378,9 +388,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 
 	store_connect();
 	if (!store_lock_job(job_id, &job))
-		ereport(ERROR,
-				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
-				 errmsg("job %lld does not exist", (long long) job_id)));
+		report_job_not_found(job_id);
 	has_last = store_last_attempt(job_id, &last);
 
 	if (has_last && is_own_begin_replay(&last, key, provider))
@@ -610,9 +618,7 @@ jobguard_cancel_job(PG_FUNCTION_ARGS)
 
 	store_connect();
 	if (!store_lock_job(job_id, &job))
-		ereport(ERROR,
-				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
-				 errmsg("job %lld does not exist", (long long) job_id)));
+		report_job_not_found(job_id);
 	if (job.completed)
 		ereport(ERROR,
 				(errcode(ERRCODE_JG_JOB_CLOSED),
@@ -637,9 +643,7 @@ jobguard_job_state(PG_FUNCTION_ARGS)
 
 	store_connect();
 	if (!store_job_state(job_id, &state))
-		ereport(ERROR,
-				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
-				 errmsg("job %lld does not exist", (long long) job_id)));
+		report_job_not_found(job_id);
 	store_finish();
 	PG_RETURN_DATUM(text_result(state));
 }
@@ -655,9 +659,7 @@ jobguard_job(PG_FUNCTION_ARGS)
 
 	store_connect();
 	if (!store_job_overview(job_id, desc, caller_cxt, &row))
-		ereport(ERROR,
-				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
-				 errmsg("job %lld does not exist", (long long) job_id)));
+		report_job_not_found(job_id);
 	store_finish();
 	PG_RETURN_DATUM(row);
 }
@@ -671,9 +673,7 @@ jobguard_attempts_of(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	store_connect();
 	if (!store_attempts_of(job_id, (ReturnSetInfo *) fcinfo->resultinfo))
-		ereport(ERROR,
-				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
-				 errmsg("job %lld does not exist", (long long) job_id)));
+		report_job_not_found(job_id);
 	store_finish();
 	return (Datum) 0;
 }
@@ -819,9 +819,7 @@ jobguard_await(PG_FUNCTION_ARGS)
 
 		store_connect();
 		if (!store_fresh_job_state(job_id, &state))
-			ereport(ERROR,
-					(errcode(ERRCODE_JG_JOB_NOT_FOUND),
-					 errmsg("job %lld does not exist", (long long) job_id)));
+			report_job_not_found(job_id);
 		store_finish();
 
 		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
