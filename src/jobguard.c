@@ -335,6 +335,16 @@ report_job_not_found(int64 job_id)
 			 errmsg("job %lld does not exist", (long long) job_id)));
 }
 
+/* report_attempt_not_found: raise JG009 for an id that names no attempt. */
+static void
+pg_attribute_noreturn()
+report_attempt_not_found(int64 attempt_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_JG_ATTEMPT_NOT_FOUND),
+			 errmsg("attempt %lld does not exist", (long long) attempt_id)));
+}
+
 /*
  * is_own_begin_replay: true when a begin names the key of the job's open
  * attempt (and no other provider): a worker retrying its own begin after a
@@ -352,12 +362,41 @@ is_own_begin_replay(const AttemptRow *last, const char *attempt_key,
 }
 
 /*
+ * refused_begin: why the gate refused a begin, as the caller-facing error,
+ * in the order SPEC.md gives: closed job (JG003), open attempt (JG002),
+ * attempts used up (JG005), fallback not certified (JG004).  A worker
+ * retrying its own begin is not refused: its attempt id is returned.
+ */
+static int64
+refused_begin(const JobRow *job, const char *provider, const char *attempt_key)
+{
+	AttemptRow	last;
+	bool		has_last = store_last_attempt(job->id, &last);
+
+	if (has_last && is_own_begin_replay(&last, attempt_key, provider))
+		return last.id;
+	require_gate_open(job, has_last ? &last : NULL);
+	require_attempts_left(job, has_last ? &last : NULL);
+	if (provider != NULL && strcmp(provider, job->provider) != 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
+				 errmsg("provider \"%s\" is not certified for operation \"%s\"",
+						provider, job->operation),
+				 errdetail("Job %lld targets provider \"%s\"; a fallback provider must be certified for the job's operation.",
+						   (long long) job->id, job->provider),
+				 errhint("Certify it with jobguard.certify_provider() once it passes the operation's contract tests.")));
+	elog(ERROR, "jobguard: begin of job %lld refused for no known reason", (long long) job->id);
+	return 0;					/* keep compiler quiet */
+}
+
+/*
  * jobguard.begin_attempt(job_id, provider, timeout, attempt_key) -> bigint
  *
  * Lock the job row, so concurrent begins of one job run one at a time, then
- * apply the gate: closed job (JG003), open attempt (JG002), attempts used up
- * (JG005), fallback provider not certified (JG004).  The partial unique
- * index on open attempts is the backstop should any of this be bypassed.
+ * insert the next attempt with the gate in the same statement (no open
+ * attempt, attempts left, a certified fallback).  Only a refused begin
+ * looks further, to raise the right error.  The partial unique index on
+ * open attempts is the backstop should any of this be bypassed.
  */
 Datum
 jobguard_begin_attempt(PG_FUNCTION_ARGS)
@@ -371,9 +410,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 	char	   *provider = provider_null ? NULL : TextDatumGetCString(provider_arg);
 	char	   *key = attempt_key_null ? NULL : TextDatumGetCString(attempt_key);
 	JobRow		job;
-	AttemptRow	last;
-	bool		has_last;
-	int64		attempt_id;
+	int64		attempt_id = 0;
 	Interval	zero_interval = {0};
 
 	require_arg(fcinfo, 2, "timeout");
@@ -389,33 +426,12 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 	store_connect();
 	if (!store_lock_job(job_id, &job))
 		report_job_not_found(job_id);
-	has_last = store_last_attempt(job_id, &last);
-
-	if (has_last && is_own_begin_replay(&last, key, provider))
-	{
-		attempt_id = last.id;
-		store_finish();
-		PG_RETURN_INT64(attempt_id);
-	}
-
-	require_gate_open(&job, has_last ? &last : NULL);
-	require_attempts_left(&job, has_last ? &last : NULL);
-
-	if (provider == NULL)
-		provider = job.provider;
-	else if (strcmp(provider, job.provider) != 0 &&
-			 !store_provider_certified(job.operation, provider))
-		ereport(ERROR,
-				(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
-				 errmsg("provider \"%s\" is not certified for operation \"%s\"",
-						provider, job.operation),
-				 errdetail("Job %lld targets provider \"%s\"; a fallback provider must be certified for the job's operation.",
-						   (long long) job_id, job.provider),
-				 errhint("Certify it with jobguard.certify_provider() once it passes the operation's contract tests.")));
-
-	attempt_id = store_insert_attempt(&job, has_last ? last.attempt_no + 1 : 1,
-									  provider, timeout,
-									  attempt_key, attempt_key_null);
+	if (!job.completed && !job.cancelled)
+		attempt_id = store_begin_attempt(&job, provider ? provider : job.provider,
+										 provider == NULL || strcmp(provider, job.provider) == 0,
+										 timeout, attempt_key, attempt_key_null);
+	if (attempt_id == 0)
+		attempt_id = refused_begin(&job, provider, key);
 	store_finish();
 	PG_RETURN_INT64(attempt_id);
 }
@@ -429,9 +445,7 @@ static void
 lock_attempt(int64 attempt_id, AttemptRow *attempt)
 {
 	if (!store_lock_attempt(attempt_id, attempt))
-		ereport(ERROR,
-				(errcode(ERRCODE_JG_ATTEMPT_NOT_FOUND),
-				 errmsg("attempt %lld does not exist", (long long) attempt_id)));
+		report_attempt_not_found(attempt_id);
 }
 
 /*
@@ -471,8 +485,10 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 	int64		winner = 0;
 
 	store_connect();
-	lock_attempt(attempt_id, &attempt);
-	store_read_finish_job(attempt.job_id, &job);
+	if (!store_lock_attempt_for_finish(attempt_id, &attempt, &job))
+		report_attempt_not_found(attempt_id);
+	if (!attempt_state_is_open(attempt.state) && attempt.state != ATTEMPT_CANCELLED)
+		store_read_finish_job(attempt.job_id, &job);	/* fresh, for the replay */
 
 	if (attempt.state == ATTEMPT_SUCCEEDED)
 	{
@@ -507,7 +523,6 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 		else if (store_cas_finish(attempt.job_id, attempt.read_version,
 								  attempt_id, result))
 		{
-			store_close_attempt(attempt_id, ATTEMPT_SUCCEEDED, NULL, 0, (Datum) 0);
 			stats_count(STAT_CAS_WINS);
 			notify_job(attempt.job_id, "succeeded");
 			outcome = "won";

@@ -150,11 +150,12 @@ extern bool store_match_job(Datum owner_id, Datum idempotency_key,
 							SubmitMatch *match);
 extern bool store_lock_job(int64 job_id, JobRow *job);
 extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
-extern bool store_provider_certified(const char *operation, const char *provider);
-extern int64 store_insert_attempt(const JobRow *job, int32 attempt_no,
-								  const char *provider, Datum timeout,
-								  Datum attempt_key, bool attempt_key_null);
+extern int64 store_begin_attempt(const JobRow *job, const char *provider,
+								 bool own_provider, Datum timeout,
+								 Datum attempt_key, bool attempt_key_null);
 extern bool store_lock_attempt(int64 attempt_id, AttemptRow *attempt);
+extern bool store_lock_attempt_for_finish(int64 attempt_id, AttemptRow *attempt,
+										  FinishJob *job);
 extern void store_read_finish_job(int64 job_id, FinishJob *job);
 extern bool store_cas_finish(int64 job_id, int64 read_version,
 							 int64 attempt_id, Datum result);

@@ -31,9 +31,9 @@ typedef enum StatementId
 	STMT_MATCH_JOB,
 	STMT_LOCK_JOB,
 	STMT_LAST_ATTEMPT,
-	STMT_PROVIDER_CERTIFIED,
-	STMT_INSERT_ATTEMPT,
+	STMT_BEGIN_ATTEMPT,
 	STMT_LOCK_ATTEMPT,
+	STMT_LOCK_ATTEMPT_FOR_FINISH,
 	STMT_READ_FINISH_JOB,
 	STMT_CAS_FINISH,
 	STMT_WINNER_OF,
@@ -56,7 +56,7 @@ typedef enum StatementId
 	STMT_COUNT
 } StatementId;
 
-#define MAX_STATEMENT_ARGS 6
+#define MAX_STATEMENT_ARGS 8
 
 /* A job's derived state; read with the caller's snapshot or a fresh one. */
 #define JOB_STATE_SQL \
@@ -98,6 +98,11 @@ typedef struct StatementDef
 	"a.id, a.job_id, a.attempt_no, a.provider, a.state," \
 	" jobguard.attempt_state(a.state, a.deadline)," \
 	" a.read_version, a.deadline, a.attempt_key, a.lost_result"
+#define ATTEMPT_COLUMN_COUNT 10
+
+/* The job columns a finish needs, in the order read_finish_job reads them. */
+#define FINISH_JOB_COLUMNS \
+	"j.operation, j.completed_by, j.result, o.contract_version, o.output_contract"
 
 static const StatementDef statements[STMT_COUNT] = {
 	/*
@@ -154,24 +159,34 @@ static const StatementDef statements[STMT_COUNT] = {
 		1, {INT8OID},
 		SPI_OK_SELECT, false
 	},
-	[STMT_PROVIDER_CERTIFIED] = {
-		"provider certified",
-		"SELECT 1 FROM jobguard.certifications c"
-		" WHERE c.operation OPERATOR(pg_catalog.=) $1"
-		" AND c.provider OPERATOR(pg_catalog.=) $2"
-		" AND c.revoked_at IS NULL",
-		2, {TEXTOID, TEXTOID},
-		SPI_OK_SELECT, false
-	},
-	[STMT_INSERT_ATTEMPT] = {
-		"insert attempt",
+	/*
+	 * Begin the next attempt, unless the gate says no: the job's latest
+	 * attempt is open ($2 = max_attempts reached, or the provider $3 is a
+	 * fallback ($7 false) not certified for operation $8).  The caller holds
+	 * the job row lock, so the latest attempt read here is the latest there
+	 * is.  No row back means refused; the caller then finds out why.
+	 */
+	[STMT_BEGIN_ATTEMPT] = {
+		"begin attempt",
 		"INSERT INTO jobguard.attempts AS a"
 		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
 		"  started_at, deadline)"
-		" VALUES ($1, $2, $3, 'started', $4, $5, pg_catalog.now(),"
-		"  pg_catalog.now() OPERATOR(pg_catalog.+) $6)"
+		" SELECT $1, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1, $3, 'started',"
+		"  $4, $5, pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $6"
+		" FROM (SELECT 1) AS one"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) $1"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND ($2 IS NULL OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) $2)"
+		" AND ($7 OR EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"   WHERE c.operation OPERATOR(pg_catalog.=) $8"
+		"   AND c.provider OPERATOR(pg_catalog.=) $3"
+		"   AND c.revoked_at IS NULL))"
 		" RETURNING a.id",
-		6, {INT8OID, INT4OID, TEXTOID, INT8OID, TEXTOID, INTERVALOID},
+		8, {INT8OID, INT4OID, TEXTOID, INT8OID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/* Lock one attempt: finishes, fails and cancels of it run one at a time. */
@@ -185,13 +200,28 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/*
-	 * The job and its operation's contract as of this statement: one
-	 * snapshot, so a finish sees one contract, never a mix.
+	 * Lock an attempt to finish it, and read its job and the operation's
+	 * contract in the same statement (one snapshot: one contract, never a
+	 * mix).  If the lock had to wait for a concurrent change of this
+	 * attempt, the job columns may predate it; the caller only trusts them
+	 * while the attempt is still open, and re-reads them otherwise.
 	 */
+	[STMT_LOCK_ATTEMPT_FOR_FINISH] = {
+		"lock attempt for finish",
+		"SELECT " ATTEMPT_COLUMNS ", " FINISH_JOB_COLUMNS
+		" FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" LEFT JOIN jobguard.operations o"
+		"  ON o.operation OPERATOR(pg_catalog.=) j.operation"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1"
+		" FOR UPDATE OF a",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/* The same job columns, with a fresh snapshot. */
 	[STMT_READ_FINISH_JOB] = {
 		"read finish job",
-		"SELECT j.operation, j.completed_by, j.result,"
-		" o.contract_version, o.output_contract"
+		"SELECT " FINISH_JOB_COLUMNS
 		" FROM jobguard.jobs j"
 		" LEFT JOIN jobguard.operations o"
 		"  ON o.operation OPERATOR(pg_catalog.=) j.operation"
@@ -200,20 +230,26 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/*
-	 * The compare-and-swap, in one statement.  It updates the row only if
-	 * no other attempt has taken the slot and the job is still at the
-	 * version the attempt read when it began (a cancel bumps it).  Under
-	 * READ COMMITTED a concurrent winner makes this wait, then re-check the
-	 * new row version and update nothing.
+	 * The compare-and-swap: one UPDATE of the job row ("won"), which
+	 * changes the row only if no other attempt has taken the slot and the
+	 * job is still at the version the attempt read when it began (a cancel
+	 * bumps it).  Under READ COMMITTED a concurrent winner makes it wait,
+	 * then re-check the new row version and update nothing.  When it did
+	 * update, the same statement marks the attempt succeeded.
 	 */
 	[STMT_CAS_FINISH] = {
 		"compare-and-swap finish",
-		"UPDATE jobguard.jobs AS j"
+		"WITH won AS ("
+		" UPDATE jobguard.jobs AS j"
 		" SET result = $4, completed_by = $3, completed_at = pg_catalog.now(),"
 		"  version = j.version OPERATOR(pg_catalog.+) 1"
 		" WHERE j.id OPERATOR(pg_catalog.=) $1"
 		" AND j.version OPERATOR(pg_catalog.=) $2"
-		" AND j.completed_by IS NULL",
+		" AND j.completed_by IS NULL"
+		" RETURNING j.id)"
+		" UPDATE jobguard.attempts AS a"
+		" SET state = 'succeeded', finished_at = pg_catalog.now()"
+		" WHERE a.id OPERATOR(pg_catalog.=) $3 AND EXISTS (SELECT 1 FROM won)",
 		4, {INT8OID, INT8OID, INT8OID, JSONBOID},
 		SPI_OK_UPDATE, false
 	},
@@ -620,31 +656,25 @@ store_last_attempt(int64 job_id, AttemptRow *attempt)
 	return true;
 }
 
-/* store_provider_certified: is the provider certified for the operation? */
-bool
-store_provider_certified(const char *operation, const char *provider)
-{
-	Datum		values[2] = {CStringGetTextDatum(operation),
-	CStringGetTextDatum(provider)};
-
-	return run(STMT_PROVIDER_CERTIFIED, values, NULL) > 0;
-}
-
 /*
- * store_insert_attempt: begin attempt number attempt_no of the job, reading
- * the job's current version; returns the new attempt's id.
+ * store_begin_attempt: begin the job's next attempt if the gate lets it
+ * (see STMT_BEGIN_ATTEMPT).  Returns the new attempt's id, or 0 when the
+ * gate refused; the caller holds the job row lock.
  */
 int64
-store_insert_attempt(const JobRow *job, int32 attempt_no, const char *provider,
-					 Datum timeout, Datum attempt_key, bool attempt_key_null)
+store_begin_attempt(const JobRow *job, const char *provider, bool own_provider,
+					Datum timeout, Datum attempt_key, bool attempt_key_null)
 {
-	Datum		values[6] = {Int64GetDatum(job->id), Int32GetDatum(attempt_no),
+	Datum		values[8] = {Int64GetDatum(job->id), Int32GetDatum(job->max_attempts),
 		CStringGetTextDatum(provider), Int64GetDatum(job->version),
-	attempt_key, timeout};
-	char		nulls[6] = {' ', ' ', ' ', ' ', attempt_key_null ? 'n' : ' ', ' '};
+		attempt_key, timeout, BoolGetDatum(own_provider),
+	CStringGetTextDatum(job->operation)};
+	char		nulls[8] = {' ', job->has_max_attempts ? ' ' : 'n', ' ', ' ',
+	attempt_key_null ? 'n' : ' ', ' ', ' ', ' '};
 	bool		isnull;
 
-	run(STMT_INSERT_ATTEMPT, values, nulls);
+	if (run(STMT_BEGIN_ATTEMPT, values, nulls) == 0)
+		return 0;
 	return column_int64(1, &isnull);
 }
 
@@ -660,31 +690,57 @@ store_lock_attempt(int64 attempt_id, AttemptRow *attempt)
 	return true;
 }
 
+/* read_finish_job: fill a FinishJob from row 0, FINISH_JOB_COLUMNS at first_col. */
+static void
+read_finish_job(int first_col, FinishJob *job)
+{
+	bool		isnull;
+
+	job->operation = column_text(first_col);
+	job->completed_by = column_int64(first_col + 1, &isnull);
+	job->completed = !isnull;
+	job->result = column_value(first_col + 2, &isnull);
+	job->contract_version = column_int64(first_col + 3, &isnull);
+	job->has_contract = !isnull;
+	job->contract = column_value(first_col + 4, &isnull);
+}
+
 /*
- * store_read_finish_job: the attempt's job and its operation's contract, as
- * of a snapshot taken now (after the attempt row was locked).
+ * store_lock_attempt_for_finish: lock an attempt and read it with its job
+ * and contract, in one statement; false if there is no such attempt.
+ */
+bool
+store_lock_attempt_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
+{
+	Datum		values[1] = {Int64GetDatum(attempt_id)};
+
+	if (run(STMT_LOCK_ATTEMPT_FOR_FINISH, values, NULL) == 0)
+		return false;
+	read_attempt_row(attempt);
+	read_finish_job(ATTEMPT_COLUMN_COUNT + 1, job);
+	return true;
+}
+
+/*
+ * store_read_finish_job: the job columns again, with a snapshot taken now
+ * (after the attempt row was locked), for a finish replayed on a closed
+ * attempt.
  */
 void
 store_read_finish_job(int64 job_id, FinishJob *job)
 {
 	Datum		values[1] = {Int64GetDatum(job_id)};
-	bool		isnull;
 
 	if (run(STMT_READ_FINISH_JOB, values, NULL) == 0)
 		elog(ERROR, "jobguard: job %lld of a locked attempt is missing",
 			 (long long) job_id);
-	job->operation = column_text(1);
-	job->completed_by = column_int64(2, &isnull);
-	job->completed = !isnull;
-	job->result = column_value(3, &isnull);
-	job->contract_version = column_int64(4, &isnull);
-	job->has_contract = !isnull;
-	job->contract = column_value(5, &isnull);
+	read_finish_job(1, job);
 }
 
 /*
  * store_cas_finish: run the compare-and-swap.  Returns true when this
- * attempt took the result slot, false when zero rows matched.
+ * attempt took the result slot (and is now succeeded), false when zero rows
+ * matched.
  */
 bool
 store_cas_finish(int64 job_id, int64 read_version, int64 attempt_id, Datum result)
