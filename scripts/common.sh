@@ -20,7 +20,7 @@ as_root() {
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
-		libipc-run-perl "$@"; do
+		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")
 	done
@@ -31,12 +31,14 @@ ensure_packages() {
 		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# build_and_install: compile jobguard and install it into PostgreSQL.
-# PG_CFLAGS (e.g. -Werror in CI) is passed through when set.
+# build_and_install: compile jobguard and install it into PostgreSQL, with
+# jobguard_proxy, the PL/Proxy layer for sharded deployments.  PG_CFLAGS
+# (e.g. -Werror in CI) is passed through when set.
 build_and_install() {
 	echo "jobguard: building and installing"
 	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" ${PG_CFLAGS:+PG_CFLAGS="$PG_CFLAGS"}
 	as_root make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" install
+	as_root make -C "$ROOT/proxy" -s PG_CONFIG="$PG_CONFIG" install
 }
 
 # free_port: print a TCP port on 127.0.0.1 that nothing listens on.
