@@ -262,3 +262,11 @@ SELECT jobguard.begin_attempt(9, timeout => '100 milliseconds', attempt_key => '
 SELECT pg_sleep(0.2);
 SELECT jobguard.begin_attempt(9, timeout => '100 milliseconds', attempt_key => 'w1') AS replayed;
 SELECT no, state, stored FROM pg_temp.attempts(9);
+
+-- the table's own rules back up the state table
+\set VERBOSITY terse
+UPDATE jobguard.attempts SET state = 'failed' WHERE id = 17;
+UPDATE jobguard.attempts SET state = 'finished', error = 'x' WHERE id = 17;
+UPDATE jobguard.attempts SET lost_to = 1 WHERE id = 17;
+SELECT state FROM jobguard.attempts WHERE id = 17;
+\set VERBOSITY default

@@ -79,3 +79,12 @@ SELECT count(*) AS jobs_of_dave FROM jobguard.jobs WHERE owner_id = 'dave';
 -- database, not the function)
 INSERT INTO jobguard.jobs (owner_id, idempotency_key, operation, params, provider)
 VALUES ('alice', 'order-1', 'charge', '{}', 'stripe');
+-- and the table's own rules back up the functions' checks
+\set VERBOSITY terse
+INSERT INTO jobguard.jobs (owner_id, idempotency_key, operation, params, provider)
+VALUES ('', 'k', 'charge', '{}', 'stripe');
+INSERT INTO jobguard.jobs (owner_id, idempotency_key, operation, params, provider, max_attempts)
+VALUES ('o', 'k', 'charge', '{}', 'stripe', 0);
+INSERT INTO jobguard.jobs (owner_id, idempotency_key, operation, params, provider, completed_by)
+VALUES ('o', 'k', 'charge', '{}', 'stripe', 1);
+\set VERBOSITY default
