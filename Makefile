@@ -5,6 +5,8 @@
 #   make test                 set up everything on a fresh Debian machine, then
 #                             run every suite against a throwaway cluster
 #   make demo                 the same set-up, then the double-click story
+#   make bench                the benchmark against the SQL floor and the peers
+#   make bench-growth         growth, bloat and memory over millions of jobs
 
 EXTENSION   = jobguard
 MODULE_big  = jobguard
@@ -33,9 +35,15 @@ all install installcheck:
 	@exit 1
 endif
 
-.PHONY: test demo
+.PHONY: test demo bench bench-growth
 test:
 	@scripts/run-tests
 
 demo:
 	@scripts/run-demo
+
+bench:
+	@bench/run
+
+bench-growth:
+	@bench/run --growth

@@ -25,6 +25,7 @@
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/guc.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 
@@ -36,6 +37,9 @@ PG_MODULE_MAGIC;
 
 /* The channel jobguard notifies when a job succeeds, fails or is cancelled. */
 #define JOBS_CHANNEL "jobguard_jobs"
+
+/* GUC jobguard.notify: send NOTIFY jobguard_jobs when a job ends. */
+static bool notify_enabled = true;
 
 /* How long await() sleeps between two looks, at first and at most. */
 #define AWAIT_FIRST_SLEEP_MS 2
@@ -83,6 +87,11 @@ void		_PG_init(void);
 void
 _PG_init(void)
 {
+	DefineCustomBoolVariable("jobguard.notify",
+							 "Sends NOTIFY jobguard_jobs, '<job_id>:<state>' when a job succeeds, fails or is cancelled.",
+							 "Every notification passes through the server's one notification queue; "
+							 "turn it off where nobody listens.",
+							 &notify_enabled, true, PGC_USERSET, 0, NULL, NULL, NULL);
 	sweeper_init();
 	if (process_shared_preload_libraries_in_progress)
 		stats_init();
@@ -95,6 +104,8 @@ _PG_init(void)
 static void
 notify_job(int64 job_id, const char *state)
 {
+	if (!notify_enabled)
+		return;
 	Async_Notify(JOBS_CHANNEL, psprintf("%lld:%s", (long long) job_id, state));
 }
 
@@ -107,7 +118,8 @@ notify_if_job_failed(int64 job_id)
 {
 	char	   *state;
 
-	if (store_fresh_job_state(job_id, &state) && strcmp(state, "failed") == 0)
+	if (notify_enabled && store_fresh_job_state(job_id, &state) &&
+		strcmp(state, "failed") == 0)
 		notify_job(job_id, "failed");
 }
 
@@ -362,41 +374,66 @@ is_own_begin_replay(const AttemptRow *last, const char *attempt_key,
 }
 
 /*
+ * How often begin_attempt() and finish_attempt() try again when a
+ * concurrent call changed what they had read (each retry means another
+ * call made progress on the same job, so this is never reached in practice).
+ */
+#define MAX_TRIES 5
+
+/* report_retries_exhausted: raise a serialization failure (40001) to retry. */
+static void
+pg_attribute_noreturn()
+report_retries_exhausted(const char *what, int64 id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not %s %lld: it kept changing concurrently", what, (long long) id),
+			 errhint("Retry the call.")));
+}
+
+/*
  * refused_begin: why the gate refused a begin, as the caller-facing error,
- * in the order SPEC.md gives: closed job (JG003), open attempt (JG002),
- * attempts used up (JG005), fallback not certified (JG004).  A worker
- * retrying its own begin is not refused: its attempt id is returned.
+ * in the order SPEC.md gives: no job (JG008), closed job (JG003), open
+ * attempt (JG002), attempts used up (JG005), fallback not certified
+ * (JG004).  A worker retrying its own begin is not refused: its attempt id
+ * is returned.  Returns 0 when nothing refuses any more (the begin lost a
+ * race that has since resolved): the caller tries again.
  */
 static int64
-refused_begin(const JobRow *job, const char *provider, const char *attempt_key)
+refused_begin(int64 job_id, const char *provider, const char *attempt_key)
 {
+	JobRow		job;
 	AttemptRow	last;
-	bool		has_last = store_last_attempt(job->id, &last);
+	bool		has_last;
 
+	if (!store_lock_job(job_id, &job))
+		report_job_not_found(job_id);
+	has_last = store_last_attempt(job_id, &last);
 	if (has_last && is_own_begin_replay(&last, attempt_key, provider))
 		return last.id;
-	require_gate_open(job, has_last ? &last : NULL);
-	require_attempts_left(job, has_last ? &last : NULL);
-	if (provider != NULL && strcmp(provider, job->provider) != 0)
+	require_gate_open(&job, has_last ? &last : NULL);
+	require_attempts_left(&job, has_last ? &last : NULL);
+	if (provider != NULL && strcmp(provider, job.provider) != 0 &&
+		!store_provider_certified(job.operation, provider))
 		ereport(ERROR,
 				(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
 				 errmsg("provider \"%s\" is not certified for operation \"%s\"",
-						provider, job->operation),
+						provider, job.operation),
 				 errdetail("Job %lld targets provider \"%s\"; a fallback provider must be certified for the job's operation.",
-						   (long long) job->id, job->provider),
+						   (long long) job_id, job.provider),
 				 errhint("Certify it with jobguard.certify_provider() once it passes the operation's contract tests.")));
-	elog(ERROR, "jobguard: begin of job %lld refused for no known reason", (long long) job->id);
-	return 0;					/* keep compiler quiet */
+	return 0;
 }
 
 /*
  * jobguard.begin_attempt(job_id, provider, timeout, attempt_key) -> bigint
  *
- * Lock the job row, so concurrent begins of one job run one at a time, then
- * insert the next attempt with the gate in the same statement (no open
- * attempt, attempts left, a certified fallback).  Only a refused begin
- * looks further, to raise the right error.  The partial unique index on
- * open attempts is the backstop should any of this be bypassed.
+ * One INSERT ... SELECT with the gate in it (the job open, no open attempt,
+ * attempts left, a certified fallback); concurrent begins of one job are
+ * decided by the partial unique index on open attempts, which makes the
+ * second wait for the first and then insert nothing.  Only a refused begin
+ * looks further, with the job row locked, to raise the right error (or to
+ * return a worker's own attempt).
  */
 Datum
 jobguard_begin_attempt(PG_FUNCTION_ARGS)
@@ -407,9 +444,6 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 	Datum		timeout;
 	bool		attempt_key_null;
 	Datum		attempt_key = optional_text_arg(fcinfo, 3, "attempt_key", MAX_KEY_CHARS, &attempt_key_null);
-	char	   *provider = provider_null ? NULL : TextDatumGetCString(provider_arg);
-	char	   *key = attempt_key_null ? NULL : TextDatumGetCString(attempt_key);
-	JobRow		job;
 	int64		attempt_id = 0;
 	Interval	zero_interval = {0};
 
@@ -424,14 +458,17 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 						   DatumGetCString(DirectFunctionCall1(interval_out, timeout)))));
 
 	store_connect();
-	if (!store_lock_job(job_id, &job))
-		report_job_not_found(job_id);
-	if (!job.completed && !job.cancelled)
-		attempt_id = store_begin_attempt(&job, provider ? provider : job.provider,
-										 provider == NULL || strcmp(provider, job.provider) == 0,
-										 timeout, attempt_key, attempt_key_null);
-	if (attempt_id == 0)
-		attempt_id = refused_begin(&job, provider, key);
+	for (int tries = 1; attempt_id == 0; tries++)
+	{
+		if (tries > MAX_TRIES)
+			report_retries_exhausted("begin an attempt of job", job_id);
+		attempt_id = store_begin_attempt(job_id, provider_arg, provider_null, timeout,
+										 attempt_key, attempt_key_null);
+		if (attempt_id == 0)
+			attempt_id = refused_begin(job_id,
+									   provider_null ? NULL : TextDatumGetCString(provider_arg),
+									   attempt_key_null ? NULL : TextDatumGetCString(attempt_key));
+	}
 	store_finish();
 	PG_RETURN_INT64(attempt_id);
 }
@@ -466,85 +503,117 @@ require_same_report(const AttemptRow *attempt, Datum earlier, Datum result)
 }
 
 /*
+ * report_lost: the attempt reported after another attempt won (or after
+ * the job was cancelled): one LOG line naming job, loser and winner.
+ */
+static void
+report_lost(const AttemptRow *attempt, bool has_winner, int64 winner)
+{
+	if (has_winner)
+		ereport(LOG,
+				(errmsg("jobguard: attempt %lld of job %lld lost the race to attempt %lld; its result was discarded",
+						(long long) attempt->id, (long long) attempt->job_id,
+						(long long) winner)));
+	else
+		ereport(LOG,
+				(errmsg("jobguard: attempt %lld of job %lld reported after the job was cancelled; its result was discarded",
+						(long long) attempt->id, (long long) attempt->job_id)));
+}
+
+/*
+ * finish_once: one try at finishing an attempt read (without a lock) just
+ * before.  Returns the outcome, or NULL when the attempt changed
+ * concurrently in between and the finish must read it again.
+ */
+static const char *
+finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
+{
+	char	   *violation = NULL;
+	int64		winner = 0;
+	bool		has_winner;
+
+	/* a replay answers as before, if it carries the same result */
+	if (attempt->state == ATTEMPT_SUCCEEDED)
+	{
+		require_same_report(attempt, job->result, result);
+		return "won";
+	}
+	if (attempt->state == ATTEMPT_LOST)
+	{
+		require_same_report(attempt, attempt->lost_result, result);
+		return "lost";
+	}
+	require_transition(ACTION_FINISH, attempt);
+
+	if (job->has_contract)
+		violation = contract_first_violation(contract_cache_get(job->operation,
+																job->contract_version,
+																job->contract),
+											 DatumGetJsonbP(result));
+	if (violation != NULL)
+	{
+		if (!store_close_attempt(attempt->id, attempt->stored_state, ATTEMPT_FAILED,
+								 psprintf("result breaks the output contract of operation \"%s\": %s",
+										  job->operation, violation),
+								 0, (Datum) 0))
+			return NULL;
+		stats_count(STAT_CONTRACT_REJECTIONS);
+		notify_if_job_failed(attempt->job_id);
+		return "rejected";
+	}
+
+	switch (store_claim_and_swap(attempt, result))
+	{
+		case CLAIM_CHANGED:
+			return NULL;
+		case CLAIM_WON:
+			stats_count(STAT_CAS_WINS);
+			notify_job(attempt->job_id, "succeeded");
+			return "won";
+		case CLAIM_LOST:
+			break;
+	}
+	/* claimed as succeeded by this transaction, but the slot was taken */
+	has_winner = store_winner_of(attempt->job_id, &winner);
+	if (!store_close_attempt(attempt->id, ATTEMPT_SUCCEEDED, ATTEMPT_LOST, NULL,
+							 has_winner ? winner : 0, result))
+		elog(ERROR, "jobguard: attempt %lld changed under its own lock", (long long) attempt->id);
+	report_lost(attempt, has_winner, winner);
+	stats_count(STAT_CAS_LOSSES);
+	return "lost";
+}
+
+/*
  * jobguard.finish_attempt(attempt_id, result) -> 'won' | 'lost' | 'rejected'
  *
- * Replays of a finished attempt answer as before.  A result that breaks the
- * operation's contract fails the attempt and leaves the slot free.
- * Otherwise the compare-and-swap decides: one updated row is a win; zero
- * rows means another attempt won (or the job was cancelled), and the result
- * is kept on the attempt only, never on the job.
+ * Reads the attempt with its job and contract, then decides: replays of a
+ * finished attempt answer as before; a result that breaks the operation's
+ * contract fails the attempt and leaves the slot free; otherwise one
+ * statement claims the attempt and runs the compare-and-swap on the job —
+ * one updated job row is a win; zero rows means another attempt won (or
+ * the job was cancelled), and the result is kept on the attempt only,
+ * never on the job.  Every write is conditional on the attempt still being
+ * in the state read, so a concurrent finish, fail or cancel of the same
+ * attempt makes this one read again rather than overwrite it.
  */
 Datum
 jobguard_finish_attempt(PG_FUNCTION_ARGS)
 {
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	Datum		result = jsonb_arg(fcinfo, 1, "result");
-	const char *outcome;
-	AttemptRow	attempt;
-	FinishJob	job;
-	int64		winner = 0;
+	const char *outcome = NULL;
 
 	store_connect();
-	if (!store_lock_attempt_for_finish(attempt_id, &attempt, &job))
-		report_attempt_not_found(attempt_id);
-	if (!attempt_state_is_open(attempt.state) && attempt.state != ATTEMPT_CANCELLED)
-		store_read_finish_job(attempt.job_id, &job);	/* fresh, for the replay */
-
-	if (attempt.state == ATTEMPT_SUCCEEDED)
+	for (int tries = 1; outcome == NULL; tries++)
 	{
-		require_same_report(&attempt, job.result, result);
-		outcome = "won";
-	}
-	else if (attempt.state == ATTEMPT_LOST)
-	{
-		require_same_report(&attempt, attempt.lost_result, result);
-		outcome = "lost";
-	}
-	else
-	{
-		char	   *violation = NULL;
+		AttemptRow	attempt;
+		FinishJob	job;
 
-		require_transition(ACTION_FINISH, &attempt);
-		if (job.has_contract)
-			violation = contract_first_violation(contract_cache_get(job.operation,
-																	job.contract_version,
-																	job.contract),
-												 DatumGetJsonbP(result));
-		if (violation != NULL)
-		{
-			store_close_attempt(attempt_id, ATTEMPT_FAILED,
-								psprintf("result breaks the output contract of operation \"%s\": %s",
-										 job.operation, violation),
-								0, (Datum) 0);
-			stats_count(STAT_CONTRACT_REJECTIONS);
-			notify_if_job_failed(attempt.job_id);
-			outcome = "rejected";
-		}
-		else if (store_cas_finish(attempt.job_id, attempt.read_version,
-								  attempt_id, result))
-		{
-			stats_count(STAT_CAS_WINS);
-			notify_job(attempt.job_id, "succeeded");
-			outcome = "won";
-		}
-		else
-		{
-			bool		has_winner = store_winner_of(attempt.job_id, &winner);
-
-			store_close_attempt(attempt_id, ATTEMPT_LOST, NULL,
-								has_winner ? winner : 0, result);
-			if (has_winner)
-				ereport(LOG,
-						(errmsg("jobguard: attempt %lld of job %lld lost the race to attempt %lld; its result was discarded",
-								(long long) attempt_id, (long long) attempt.job_id,
-								(long long) winner)));
-			else
-				ereport(LOG,
-						(errmsg("jobguard: attempt %lld of job %lld reported after the job was cancelled; its result was discarded",
-								(long long) attempt_id, (long long) attempt.job_id)));
-			stats_count(STAT_CAS_LOSSES);
-			outcome = "lost";
-		}
+		if (tries > MAX_TRIES)
+			report_retries_exhausted("finish attempt", attempt_id);
+		if (!store_read_for_finish(attempt_id, &attempt, &job))
+			report_attempt_not_found(attempt_id);
+		outcome = finish_once(&attempt, &job, result);
 	}
 	store_finish();
 	PG_RETURN_DATUM(text_result(outcome));
@@ -566,8 +635,8 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	store_connect();
 	lock_attempt(attempt_id, &attempt);
 	require_transition(ACTION_FAIL, &attempt);
-	store_close_attempt(attempt_id, ATTEMPT_FAILED, TextDatumGetCString(error),
-						0, (Datum) 0);
+	store_close_attempt(attempt_id, attempt.stored_state, ATTEMPT_FAILED,
+						TextDatumGetCString(error), 0, (Datum) 0);
 	notify_if_job_failed(attempt.job_id);
 	store_finish();
 	PG_RETURN_DATUM(text_result("failed"));

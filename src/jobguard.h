@@ -83,6 +83,14 @@ typedef struct FinishJob
 	Datum		contract;		/* jsonb, valid only when has_contract */
 } FinishJob;
 
+/* What the claim-and-swap of a finish found. */
+typedef enum ClaimOutcome
+{
+	CLAIM_CHANGED,				/* the attempt changed since it was read */
+	CLAIM_WON,					/* it took the result slot */
+	CLAIM_LOST					/* another attempt had it, or the job was cancelled */
+} ClaimOutcome;
+
 /* How an existing job compares with a replayed submit. */
 typedef struct SubmitMatch
 {
@@ -150,19 +158,18 @@ extern bool store_match_job(Datum owner_id, Datum idempotency_key,
 							SubmitMatch *match);
 extern bool store_lock_job(int64 job_id, JobRow *job);
 extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
-extern int64 store_begin_attempt(const JobRow *job, const char *provider,
-								 bool own_provider, Datum timeout,
-								 Datum attempt_key, bool attempt_key_null);
+extern int64 store_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+								 Datum timeout, Datum attempt_key,
+								 bool attempt_key_null);
+extern bool store_provider_certified(const char *operation, const char *provider);
 extern bool store_lock_attempt(int64 attempt_id, AttemptRow *attempt);
-extern bool store_lock_attempt_for_finish(int64 attempt_id, AttemptRow *attempt,
-										  FinishJob *job);
-extern void store_read_finish_job(int64 job_id, FinishJob *job);
-extern bool store_cas_finish(int64 job_id, int64 read_version,
-							 int64 attempt_id, Datum result);
+extern bool store_read_for_finish(int64 attempt_id, AttemptRow *attempt,
+								  FinishJob *job);
+extern ClaimOutcome store_claim_and_swap(const AttemptRow *attempt, Datum result);
 extern bool store_winner_of(int64 job_id, int64 *winner);
-extern void store_close_attempt(int64 attempt_id, AttemptState to,
-								const char *error, int64 lost_to,
-								Datum lost_result);
+extern bool store_close_attempt(int64 attempt_id, AttemptState from,
+								AttemptState to, const char *error,
+								int64 lost_to, Datum lost_result);
 extern void store_mark_unknown(int64 attempt_id);
 extern void store_cancel_attempt(int64 attempt_id, Datum reason);
 extern void store_cancel_job(int64 job_id, Datum reason);

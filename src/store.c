@@ -7,7 +7,7 @@
  * This is the only file that holds SQL.  Every name in it is schema
  * qualified and every operator is spelled OPERATOR(pg_catalog.x), so a
  * caller's search_path cannot redirect anything.  The compare-and-swap that
- * decides which attempt wins a job is STMT_CAS_FINISH below.
+ * decides which attempt wins a job is STMT_CLAIM_AND_SWAP below.
  *
  * Callers bracket their work with store_connect() and store_finish().
  * Values read from a row stay valid until store_finish().
@@ -32,10 +32,10 @@ typedef enum StatementId
 	STMT_LOCK_JOB,
 	STMT_LAST_ATTEMPT,
 	STMT_BEGIN_ATTEMPT,
+	STMT_PROVIDER_CERTIFIED,
 	STMT_LOCK_ATTEMPT,
-	STMT_LOCK_ATTEMPT_FOR_FINISH,
-	STMT_READ_FINISH_JOB,
-	STMT_CAS_FINISH,
+	STMT_READ_FOR_FINISH,
+	STMT_CLAIM_AND_SWAP,
 	STMT_WINNER_OF,
 	STMT_CLOSE_ATTEMPT,
 	STMT_MARK_UNKNOWN,
@@ -160,34 +160,51 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/*
-	 * Begin the next attempt, unless the gate says no: the job's latest
-	 * attempt is open ($2 = max_attempts reached, or the provider $3 is a
-	 * fallback ($7 false) not certified for operation $8).  The caller holds
-	 * the job row lock, so the latest attempt read here is the latest there
-	 * is.  No row back means refused; the caller then finds out why.
+	 * Begin the job's next attempt in one statement, with the gate in its
+	 * WHERE: the job is open, its latest attempt is not, attempts are left,
+	 * and a provider other than the job's own ($2) is certified.  Two begins
+	 * racing each other are decided by the partial unique index on open
+	 * attempts: ON CONFLICT makes the second wait for the first, and do
+	 * nothing if the first commits (as submit does with a key).  No row back
+	 * means refused; the caller then finds out why.
 	 */
 	[STMT_BEGIN_ATTEMPT] = {
 		"begin attempt",
 		"INSERT INTO jobguard.attempts AS a"
 		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
 		"  started_at, deadline)"
-		" SELECT $1, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1, $3, 'started',"
-		"  $4, $5, pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $6"
-		" FROM (SELECT 1) AS one"
+		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
+		"  COALESCE($2, j.provider), 'started', j.version, $3,"
+		"  pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $4"
+		" FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
-		"   WHERE l.job_id OPERATOR(pg_catalog.=) $1"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
 		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
-		" WHERE (last.state IS NULL"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND (last.state IS NULL"
 		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
-		" AND ($2 IS NULL OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) $2)"
-		" AND ($7 OR EXISTS (SELECT 1 FROM jobguard.certifications c"
-		"   WHERE c.operation OPERATOR(pg_catalog.=) $8"
-		"   AND c.provider OPERATOR(pg_catalog.=) $3"
-		"   AND c.revoked_at IS NULL))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($2 IS NULL OR $2 OPERATOR(pg_catalog.=) j.provider"
+		"   OR EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"    AND c.provider OPERATOR(pg_catalog.=) $2"
+		"    AND c.revoked_at IS NULL))"
+		" ON CONFLICT DO NOTHING"
 		" RETURNING a.id",
-		8, {INT8OID, INT4OID, TEXTOID, INT8OID, TEXTOID, INTERVALOID, BOOLOID, TEXTOID},
+		4, {INT8OID, TEXTOID, TEXTOID, INTERVALOID},
 		SPI_OK_INSERT_RETURNING, false
+	},
+	[STMT_PROVIDER_CERTIFIED] = {
+		"provider certified",
+		"SELECT 1 FROM jobguard.certifications c"
+		" WHERE c.operation OPERATOR(pg_catalog.=) $1"
+		" AND c.provider OPERATOR(pg_catalog.=) $2"
+		" AND c.revoked_at IS NULL",
+		2, {TEXTOID, TEXTOID},
+		SPI_OK_SELECT, false
 	},
 	/* Lock one attempt: finishes, fails and cancels of it run one at a time. */
 	[STMT_LOCK_ATTEMPT] = {
@@ -200,58 +217,53 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/*
-	 * Lock an attempt to finish it, and read its job and the operation's
-	 * contract in the same statement (one snapshot: one contract, never a
-	 * mix).  If the lock had to wait for a concurrent change of this
-	 * attempt, the job columns may predate it; the caller only trusts them
-	 * while the attempt is still open, and re-reads them otherwise.
+	 * An attempt with its job and the operation's contract, in one snapshot
+	 * (one contract, never a mix).  No lock: the finish then claims the
+	 * attempt on condition that it is still in the state read here.
 	 */
-	[STMT_LOCK_ATTEMPT_FOR_FINISH] = {
-		"lock attempt for finish",
+	[STMT_READ_FOR_FINISH] = {
+		"read for finish",
 		"SELECT " ATTEMPT_COLUMNS ", " FINISH_JOB_COLUMNS
 		" FROM jobguard.attempts a"
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
 		" LEFT JOIN jobguard.operations o"
 		"  ON o.operation OPERATOR(pg_catalog.=) j.operation"
-		" WHERE a.id OPERATOR(pg_catalog.=) $1"
-		" FOR UPDATE OF a",
-		1, {INT8OID},
-		SPI_OK_SELECT, false
-	},
-	/* The same job columns, with a fresh snapshot. */
-	[STMT_READ_FINISH_JOB] = {
-		"read finish job",
-		"SELECT " FINISH_JOB_COLUMNS
-		" FROM jobguard.jobs j"
-		" LEFT JOIN jobguard.operations o"
-		"  ON o.operation OPERATOR(pg_catalog.=) j.operation"
-		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
 		1, {INT8OID},
 		SPI_OK_SELECT, false
 	},
 	/*
-	 * The compare-and-swap: one UPDATE of the job row ("won"), which
-	 * changes the row only if no other attempt has taken the slot and the
-	 * job is still at the version the attempt read when it began (a cancel
-	 * bumps it).  Under READ COMMITTED a concurrent winner makes it wait,
-	 * then re-check the new row version and update nothing.  When it did
-	 * update, the same statement marks the attempt succeeded.
+	 * Claim the attempt and run the compare-and-swap, in one statement.
+	 * "claimed" marks the attempt succeeded, but only if it is still in the
+	 * state the finish read ($5) — a concurrent finish, fail or cancel makes
+	 * it wait, then update nothing.  "won" is the compare-and-swap proper:
+	 * one UPDATE of the job row that takes the result slot only if no other
+	 * attempt has and the job is still at the version the attempt read when
+	 * it began (a cancel bumps it); under READ COMMITTED a concurrent winner
+	 * makes it wait, re-check the new row version and update nothing.
+	 * Returns (claimed, won) counts; a claimed attempt that did not win is
+	 * marked lost by the caller in the same transaction.
 	 */
-	[STMT_CAS_FINISH] = {
-		"compare-and-swap finish",
-		"WITH won AS ("
+	[STMT_CLAIM_AND_SWAP] = {
+		"claim and compare-and-swap",
+		"WITH claimed AS ("
+		" UPDATE jobguard.attempts AS a"
+		" SET state = 'succeeded', finished_at = pg_catalog.now()"
+		" WHERE a.id OPERATOR(pg_catalog.=) $3 AND a.state OPERATOR(pg_catalog.=) $5"
+		" RETURNING a.id),"
+		" won AS ("
 		" UPDATE jobguard.jobs AS j"
 		" SET result = $4, completed_by = $3, completed_at = pg_catalog.now(),"
 		"  version = j.version OPERATOR(pg_catalog.+) 1"
 		" WHERE j.id OPERATOR(pg_catalog.=) $1"
 		" AND j.version OPERATOR(pg_catalog.=) $2"
 		" AND j.completed_by IS NULL"
+		" AND EXISTS (SELECT 1 FROM claimed)"
 		" RETURNING j.id)"
-		" UPDATE jobguard.attempts AS a"
-		" SET state = 'succeeded', finished_at = pg_catalog.now()"
-		" WHERE a.id OPERATOR(pg_catalog.=) $3 AND EXISTS (SELECT 1 FROM won)",
-		4, {INT8OID, INT8OID, INT8OID, JSONBOID},
-		SPI_OK_UPDATE, false
+		" SELECT (SELECT pg_catalog.count(*) FROM claimed),"
+		"  (SELECT pg_catalog.count(*) FROM won)",
+		5, {INT8OID, INT8OID, INT8OID, JSONBOID, TEXTOID},
+		SPI_OK_SELECT, false
 	},
 	[STMT_WINNER_OF] = {
 		"winner of",
@@ -260,14 +272,19 @@ static const StatementDef statements[STMT_COUNT] = {
 		1, {INT8OID},
 		SPI_OK_SELECT, false
 	},
-	/* An attempt's outcome: succeeded, lost or failed. */
+	/*
+	 * An attempt's outcome (lost or failed), written only while the
+	 * attempt is still in state $6: a finish that read the attempt without
+	 * a lock must not overwrite what a concurrent call decided meanwhile.
+	 */
 	[STMT_CLOSE_ATTEMPT] = {
 		"close attempt",
 		"UPDATE jobguard.attempts AS a"
 		" SET state = $2, finished_at = pg_catalog.now(), error = $3,"
 		"  lost_to = $4, lost_result = $5"
-		" WHERE a.id OPERATOR(pg_catalog.=) $1",
-		5, {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID},
+		" WHERE a.id OPERATOR(pg_catalog.=) $1"
+		" AND a.state OPERATOR(pg_catalog.=) $6",
+		6, {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID, TEXTOID},
 		SPI_OK_UPDATE, false
 	},
 	[STMT_MARK_UNKNOWN] = {
@@ -658,24 +675,30 @@ store_last_attempt(int64 job_id, AttemptRow *attempt)
 
 /*
  * store_begin_attempt: begin the job's next attempt if the gate lets it
- * (see STMT_BEGIN_ATTEMPT).  Returns the new attempt's id, or 0 when the
- * gate refused; the caller holds the job row lock.
+ * (see STMT_BEGIN_ATTEMPT); provider NULL means the job's own.  Returns the
+ * new attempt's id, or 0 when refused (or no such job).
  */
 int64
-store_begin_attempt(const JobRow *job, const char *provider, bool own_provider,
+store_begin_attempt(int64 job_id, Datum provider, bool provider_null,
 					Datum timeout, Datum attempt_key, bool attempt_key_null)
 {
-	Datum		values[8] = {Int64GetDatum(job->id), Int32GetDatum(job->max_attempts),
-		CStringGetTextDatum(provider), Int64GetDatum(job->version),
-		attempt_key, timeout, BoolGetDatum(own_provider),
-	CStringGetTextDatum(job->operation)};
-	char		nulls[8] = {' ', job->has_max_attempts ? ' ' : 'n', ' ', ' ',
-	attempt_key_null ? 'n' : ' ', ' ', ' ', ' '};
+	Datum		values[4] = {Int64GetDatum(job_id), provider, attempt_key, timeout};
+	char		nulls[4] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' '};
 	bool		isnull;
 
 	if (run(STMT_BEGIN_ATTEMPT, values, nulls) == 0)
 		return 0;
 	return column_int64(1, &isnull);
+}
+
+/* store_provider_certified: is the provider certified for the operation? */
+bool
+store_provider_certified(const char *operation, const char *provider)
+{
+	Datum		values[2] = {CStringGetTextDatum(operation),
+	CStringGetTextDatum(provider)};
+
+	return run(STMT_PROVIDER_CERTIFIED, values, NULL) > 0;
 }
 
 /* store_lock_attempt: lock an attempt row and read it; false if none. */
@@ -706,15 +729,15 @@ read_finish_job(int first_col, FinishJob *job)
 }
 
 /*
- * store_lock_attempt_for_finish: lock an attempt and read it with its job
- * and contract, in one statement; false if there is no such attempt.
+ * store_read_for_finish: an attempt with its job and contract, in one
+ * snapshot and without a lock; false if there is no such attempt.
  */
 bool
-store_lock_attempt_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
+store_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
 {
 	Datum		values[1] = {Int64GetDatum(attempt_id)};
 
-	if (run(STMT_LOCK_ATTEMPT_FOR_FINISH, values, NULL) == 0)
+	if (run(STMT_READ_FOR_FINISH, values, NULL) == 0)
 		return false;
 	read_attempt_row(attempt);
 	read_finish_job(ATTEMPT_COLUMN_COUNT + 1, job);
@@ -722,33 +745,24 @@ store_lock_attempt_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *
 }
 
 /*
- * store_read_finish_job: the job columns again, with a snapshot taken now
- * (after the attempt row was locked), for a finish replayed on a closed
- * attempt.
+ * store_claim_and_swap: claim the attempt (still in stored state
+ * read_state) and run the compare-and-swap.  Returns CLAIM_CHANGED when
+ * the attempt changed since it was read, CLAIM_WON when it took the result
+ * slot (and is succeeded), CLAIM_LOST when another attempt had it or the
+ * job was cancelled (the attempt must then be marked lost).
  */
-void
-store_read_finish_job(int64 job_id, FinishJob *job)
+ClaimOutcome
+store_claim_and_swap(const AttemptRow *attempt, Datum result)
 {
-	Datum		values[1] = {Int64GetDatum(job_id)};
+	Datum		values[5] = {Int64GetDatum(attempt->job_id),
+		Int64GetDatum(attempt->read_version), Int64GetDatum(attempt->id), result,
+	CStringGetTextDatum(attempt_state_name(attempt->stored_state))};
+	bool		isnull;
 
-	if (run(STMT_READ_FINISH_JOB, values, NULL) == 0)
-		elog(ERROR, "jobguard: job %lld of a locked attempt is missing",
-			 (long long) job_id);
-	read_finish_job(1, job);
-}
-
-/*
- * store_cas_finish: run the compare-and-swap.  Returns true when this
- * attempt took the result slot (and is now succeeded), false when zero rows
- * matched.
- */
-bool
-store_cas_finish(int64 job_id, int64 read_version, int64 attempt_id, Datum result)
-{
-	Datum		values[4] = {Int64GetDatum(job_id), Int64GetDatum(read_version),
-	Int64GetDatum(attempt_id), result};
-
-	return run(STMT_CAS_FINISH, values, NULL) == 1;
+	run(STMT_CLAIM_AND_SWAP, values, NULL);
+	if (column_int64(1, &isnull) == 0)
+		return CLAIM_CHANGED;
+	return column_int64(2, &isnull) == 1 ? CLAIM_WON : CLAIM_LOST;
 }
 
 /*
@@ -768,21 +782,23 @@ store_winner_of(int64 job_id, int64 *winner)
 }
 
 /*
- * store_close_attempt: write an attempt's outcome.  error is set for
- * failed, lost_to (0 for none) and lost_result for lost.
+ * store_close_attempt: write an attempt's outcome — failed with error, or
+ * lost with lost_to (0 for none) and lost_result — if it is still in stored
+ * state `from`.  Returns false when it is not (it changed concurrently).
  */
-void
-store_close_attempt(int64 attempt_id, AttemptState to, const char *error,
-					int64 lost_to, Datum lost_result)
+bool
+store_close_attempt(int64 attempt_id, AttemptState from, AttemptState to,
+					const char *error, int64 lost_to, Datum lost_result)
 {
-	Datum		values[5] = {Int64GetDatum(attempt_id),
+	Datum		values[6] = {Int64GetDatum(attempt_id),
 		CStringGetTextDatum(attempt_state_name(to)),
 		error ? CStringGetTextDatum(error) : (Datum) 0,
-		Int64GetDatum(lost_to), lost_result};
-	char		nulls[5] = {' ', ' ', error ? ' ' : 'n', lost_to ? ' ' : 'n',
-	lost_result ? ' ' : 'n'};
+		Int64GetDatum(lost_to), lost_result,
+	CStringGetTextDatum(attempt_state_name(from))};
+	char		nulls[6] = {' ', ' ', error ? ' ' : 'n', lost_to ? ' ' : 'n',
+	lost_result ? ' ' : 'n', ' '};
 
-	run(STMT_CLOSE_ATTEMPT, values, nulls);
+	return run(STMT_CLOSE_ATTEMPT, values, nulls) == 1;
 }
 
 /* store_mark_unknown: write down that an attempt's outcome is unknown. */
