@@ -461,7 +461,15 @@ prepared_plan(StatementId id)
 		const StatementDef *def = &statements[id];
 		SPIPlanPtr	plan;
 
-		plan = SPI_prepare(def->sql, def->nargs, (Oid *) def->argtypes);
+		/*
+		 * Generic plans: every statement here is a key lookup whose best
+		 * plan does not depend on the values, and a custom plan could pick
+		 * a partial index by a parameter's value (say, the index of started
+		 * attempts for state = 'started') that turns a lookup by id into a
+		 * scan.  It also spares re-planning on the first executions.
+		 */
+		plan = SPI_prepare_cursor(def->sql, def->nargs, (Oid *) def->argtypes,
+								  CURSOR_OPT_GENERIC_PLAN);
 		if (plan == NULL)
 			elog(ERROR, "jobguard: could not prepare statement \"%s\": %s",
 				 def->name, SPI_result_code_string(SPI_result));
