@@ -56,10 +56,10 @@ COMMENT ON TABLE jobguard.jobs IS 'one row per (owner_id, idempotency_key): what
 
 /*
  * An attempt is one try at a job against one provider.  attempt_no counts
- * 1, 2, ... per job.  The partial unique index is the backstop of the gate:
- * at most one open (started or unknown) attempt per job, whatever happens in
- * code.  begin_attempt() itself serializes on the job row, so callers get
- * JG002 rather than a unique violation.
+ * 1, 2, ... per job.  The partial unique index is the gate's enforcer: at
+ * most one open (started or unknown) attempt per job, whatever happens in
+ * code.  begin_attempt() inserts with ON CONFLICT DO NOTHING, so a racing
+ * begin waits for the other and then gets JG002, never a unique violation.
  */
 CREATE TABLE jobguard.attempts (
 	id				bigserial PRIMARY KEY,
@@ -99,7 +99,7 @@ CREATE INDEX attempts_started_deadline
 	WHERE state = 'started';
 
 COMMENT ON TABLE jobguard.attempts IS 'tries at a job, one per provider call; at most one open (started or unknown) per job';
-COMMENT ON INDEX jobguard.attempts_one_open_per_job IS 'the gate''s backstop: at most one open attempt per job';
+COMMENT ON INDEX jobguard.attempts_one_open_per_job IS 'the gate: at most one open attempt per job';
 
 /*
  * Operations with an output contract.  contract_version comes from one
