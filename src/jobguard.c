@@ -474,9 +474,10 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 }
 
 /*
- * lock_attempt: lock an attempt row and read it, or raise JG009.  Every
- * call that changes an attempt goes through here first, so calls on one
- * attempt run one at a time.
+ * lock_attempt: lock an attempt row and read it, or raise JG009.  fail,
+ * mark_unknown and cancel go through here first, so they run one at a time
+ * per attempt; finish_attempt instead writes on condition that the attempt
+ * is still in the state it read, and so waits for them too.
  */
 static void
 lock_attempt(int64 attempt_id, AttemptRow *attempt)

@@ -5,7 +5,8 @@
  *	  open, which call may move an attempt out of which state, and the gate
  *	  that decides whether a job may begin another attempt.
  *
- * Nothing here touches a table.  The callers lock the rows first and pass
+ * Nothing here touches a table.  The callers read the rows first (locked,
+ * or to be written only on condition that they have not changed) and pass
  * them in; these functions only decide, and raise the caller-facing error
  * (JG002, JG003, JG005, JG006) when the answer is no.  The effective state
  * (a started attempt past its deadline is unknown) is computed in SQL by
