@@ -10,11 +10,11 @@
 
 EXTENSION   = jobguard
 MODULE_big  = jobguard
-OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o src/security.o src/stats.o src/sweeper.o
+OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o src/security.o src/stats.o src/sweeper.o src/rows.o
 DATA        = jobguard--1.0.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit attempts contracts security operations sharding
+REGRESS      = submit attempts contracts security operations sharding fast_path
 REGRESS_OPTS = --load-extension=jobguard
 
 ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify

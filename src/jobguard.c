@@ -92,6 +92,11 @@ _PG_init(void)
 							 "Every notification passes through the server's one notification queue; "
 							 "turn it off where nobody listens.",
 							 &notify_enabled, true, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("jobguard.fast_path",
+							 "Reads and writes the rows of submit, begin_attempt and finish_attempt directly instead of through SQL statements.",
+							 "Same rules, same locks, same answers, less work per call; off runs the SQL statements "
+							 "(used to check both give the same results).",
+							 &rows_fast_path, true, PGC_USERSET, 0, NULL, NULL, NULL);
 	sweeper_init();
 	if (process_shared_preload_libraries_in_progress)
 		stats_init();

@@ -188,4 +188,22 @@ extern uint64 store_sweep_overdue(int batch_size);
 extern int64 store_purge(TimestampTz cutoff, int batch_size);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
 
+/* rows.c: the hot path's reads and writes without SQL (see store.c) */
+extern bool rows_fast_path;
+extern bool rows_usable(void);
+extern bool rows_insert_job(Datum owner_id, Datum idempotency_key,
+							Datum operation, Datum params, Datum provider,
+							Datum max_attempts, bool max_attempts_null,
+							int64 *job_id);
+extern bool rows_match_job(Datum owner_id, Datum idempotency_key,
+						   Datum operation, Datum params, Datum provider,
+						   Datum max_attempts, bool max_attempts_null,
+						   SubmitMatch *match);
+extern int64 rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+								Datum timeout, Datum attempt_key,
+								bool attempt_key_null);
+extern bool rows_read_for_finish(int64 attempt_id, AttemptRow *attempt,
+								 FinishJob *job);
+extern ClaimOutcome rows_claim_and_swap(const AttemptRow *attempt, Datum result);
+
 #endif							/* JOBGUARD_H */

@@ -1,0 +1,84 @@
+-- The fast path (src/rows.c): submit, begin_attempt and finish_attempt
+-- write their rows without SQL statements.  They must keep every rule of
+-- the tables, step aside for anything a user added, and leave rows that
+-- read exactly as the SQL path's.  (The whole regression and isolation
+-- suites also run a second time with jobguard.fast_path = off.)
+TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
+	RESTART IDENTITY;
+\i sql/include/helpers.sql
+
+-- the rows a lifecycle writes: every column, defaults included
+SELECT * FROM jobguard.submit('alice', 'k1', 'charge', '{"amount": 1}', 'stripe', 3);
+SELECT jobguard.begin_attempt(1, NULL, '30 seconds', 'w-1');
+SELECT jobguard.finish_attempt(1, '{"id": "ch_1"}');
+SELECT id, owner_id, idempotency_key, operation, params, provider, max_attempts,
+	   version, completed_by, result, created_at > now() - interval '1 minute' AS created_recently,
+	   completed_at IS NOT NULL AS completed, cancelled_at, cancel_reason
+  FROM jobguard.jobs;
+SELECT id, job_id, attempt_no, provider, state, read_version, attempt_key,
+	   deadline - started_at AS timeout, finished_at IS NOT NULL AS finished,
+	   error, lost_to, lost_result
+  FROM jobguard.attempts;
+
+-- the same lifecycle through the SQL statements gives the same rows
+SET jobguard.fast_path = off;
+SELECT * FROM jobguard.submit('alice', 'k2', 'charge', '{"amount": 1}', 'stripe', 3);
+SELECT jobguard.begin_attempt(2, NULL, '30 seconds', 'w-1');
+SELECT jobguard.finish_attempt(2, '{"id": "ch_1"}');
+RESET jobguard.fast_path;
+SELECT count(DISTINCT (j.operation, j.params, j.provider, j.max_attempts, j.version,
+					   j.result, a.state, a.read_version, a.attempt_key,
+					   a.deadline - a.started_at)) AS distinct_lifecycles
+  FROM jobguard.jobs j JOIN jobguard.attempts a ON a.job_id = j.id;
+
+-- a user's trigger on the tables: the fast path steps aside, so it fires
+CREATE TABLE submitted_log (job_id bigint, owner_id text);
+CREATE FUNCTION log_submit() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+	INSERT INTO submitted_log VALUES (NEW.id, NEW.owner_id);
+	RETURN NEW;
+END $$;
+CREATE TRIGGER log_submit AFTER INSERT ON jobguard.jobs
+	FOR EACH ROW EXECUTE FUNCTION log_submit();
+SELECT job_id, created FROM jobguard.submit('bob', 'k1', 'charge', '{}', 'stripe');
+SELECT job_id, created FROM jobguard.submit('bob', 'k1', 'charge', '{}', 'stripe');
+SELECT * FROM submitted_log;
+DROP TRIGGER log_submit ON jobguard.jobs;
+SELECT job_id, created FROM jobguard.submit('bob', 'k2', 'charge', '{}', 'stripe');
+SELECT count(*) AS logged FROM submitted_log;
+
+-- a CHECK constraint added to the table holds on the fast path too: same
+-- SQLSTATE and message as the executor's, and nothing is written
+ALTER TABLE jobguard.jobs ADD CONSTRAINT params_have_amount
+	CHECK (operation <> 'charge' OR params ? 'amount') NOT VALID;
+SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('carol', 'k1', 'charge', '{}', 'stripe')$$);
+SET jobguard.fast_path = off;
+SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('carol', 'k1', 'charge', '{}', 'stripe')$$);
+RESET jobguard.fast_path;
+SELECT job_id, created FROM jobguard.submit('carol', 'k1', 'charge', '{"amount": 5}', 'stripe');
+SELECT count(*) AS carol_jobs FROM jobguard.jobs WHERE owner_id = 'carol';
+ALTER TABLE jobguard.jobs DROP CONSTRAINT params_have_amount;
+
+-- and on an update: a rule on results applies to the compare-and-swap
+ALTER TABLE jobguard.jobs ADD CONSTRAINT results_are_objects
+	CHECK (jsonb_typeof(result) = 'object') NOT VALID;
+SELECT jobguard.begin_attempt(5);
+SELECT pg_temp.sqlstate_of($$SELECT jobguard.finish_attempt(3, '[1, 2]')$$);
+SELECT jobguard.job_state(5), (SELECT state FROM jobguard.attempts WHERE id = 3);
+SELECT jobguard.finish_attempt(3, '{"id": "ch_5"}');
+ALTER TABLE jobguard.jobs DROP CONSTRAINT results_are_objects;
+
+-- a column added to a table the fast path does not know: SQL takes over,
+-- so the column's default is filled in
+ALTER TABLE jobguard.attempts ADD COLUMN region text DEFAULT 'eu';
+SELECT job_id AS dave_job FROM jobguard.submit('dave', 'k1', 'charge', '{"amount": 7}', 'stripe') \gset
+SELECT jobguard.begin_attempt(:dave_job) AS dave_attempt \gset
+SELECT job_id = :dave_job AS of_dave_job, region FROM jobguard.attempts WHERE id = :dave_attempt;
+ALTER TABLE jobguard.attempts DROP COLUMN region;
+-- with the column dropped again, the fast path is back
+SELECT jobguard.finish_attempt(:dave_attempt, '{"id": "ch_7"}');
+SELECT jobguard.job_state(:dave_job);
+
+SELECT * FROM jobguard.check_invariants();
+DROP TABLE submitted_log;
+DROP FUNCTION log_submit();

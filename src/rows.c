@@ -1,0 +1,1195 @@
+/*-------------------------------------------------------------------------
+ *
+ * rows.c
+ *	  The hot path's reads and writes, done through the table access method
+ *	  and the indexes directly instead of through SQL statements.
+ *
+ * submit, begin_attempt and finish_attempt each run one or two statements
+ * in store.c.  Through SPI every statement pays for executor start-up, and
+ * every INSERT and UPDATE re-reads and re-plans the table's CHECK
+ * constraints; that was most of what a call cost.  The functions here do
+ * the same reads and writes with the same concurrency rules, without that:
+ *
+ *  - reads are index look-ups with the snapshot a statement would take
+ *    (a fresh one under READ COMMITTED, the transaction's otherwise);
+ *  - inserts are speculative insertions, as INSERT ... ON CONFLICT DO
+ *    NOTHING makes them: a concurrent inserter of the same key is waited
+ *    for, and a conflict inserts nothing;
+ *  - updates are conditional, as UPDATE ... WHERE makes them: a row changed
+ *    concurrently is locked in its newest version and the condition is
+ *    checked again under READ COMMITTED, and is a serialization failure
+ *    under REPEATABLE READ and SERIALIZABLE;
+ *  - every rule of the table still holds: NOT NULL, the columns' domains,
+ *    the CHECK constraints (compiled once per backend instead of once per
+ *    statement), unique and partial indexes, and the foreign key from an
+ *    attempt to its job (its job row is locked FOR KEY SHARE, as the
+ *    foreign key's trigger would).
+ *
+ * Nothing here decides anything: store.c calls these functions in place of
+ * its statements and returns the same answers.  When a table has a trigger
+ * or rule jobguard did not create, or a column it does not know, or
+ * jobguard.fast_path is off, rows_usable() says no and store.c runs its
+ * SQL, so the fast path can never skip something a user added.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_collation_d.h"
+#include "catalog/pg_type_d.h"
+#include "commands/sequence.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/makefuncs.h"
+#include "optimizer/optimizer.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+
+#include "jobguard.h"
+
+/* GUC jobguard.fast_path: use this file's direct access (default on). */
+bool		rows_fast_path = true;
+
+/* The columns of jobguard.jobs this file reads or writes. */
+typedef enum JobColumn
+{
+	JOB_ID,
+	JOB_OWNER_ID,
+	JOB_IDEMPOTENCY_KEY,
+	JOB_OPERATION,
+	JOB_PARAMS,
+	JOB_PROVIDER,
+	JOB_MAX_ATTEMPTS,
+	JOB_VERSION,
+	JOB_COMPLETED_BY,
+	JOB_RESULT,
+	JOB_CREATED_AT,
+	JOB_COMPLETED_AT,
+	JOB_CANCELLED_AT,
+	JOB_CANCEL_REASON,
+	JOB_COLUMN_COUNT
+} JobColumn;
+
+static const char *const job_column_names[JOB_COLUMN_COUNT] = {
+	"id", "owner_id", "idempotency_key", "operation", "params", "provider",
+	"max_attempts", "version", "completed_by", "result", "created_at",
+	"completed_at", "cancelled_at", "cancel_reason"
+};
+
+/* The columns of jobguard.attempts this file reads or writes. */
+typedef enum AttemptColumn
+{
+	ATT_ID,
+	ATT_JOB_ID,
+	ATT_ATTEMPT_NO,
+	ATT_PROVIDER,
+	ATT_STATE,
+	ATT_READ_VERSION,
+	ATT_ATTEMPT_KEY,
+	ATT_STARTED_AT,
+	ATT_DEADLINE,
+	ATT_FINISHED_AT,
+	ATT_ERROR,
+	ATT_LOST_TO,
+	ATT_LOST_RESULT,
+	ATT_CANCELLED_AT,
+	ATT_CANCEL_REASON,
+	ATT_COLUMN_COUNT
+} AttemptColumn;
+
+static const char *const attempt_column_names[ATT_COLUMN_COUNT] = {
+	"id", "job_id", "attempt_no", "provider", "state", "read_version",
+	"attempt_key", "started_at", "deadline", "finished_at", "error",
+	"lost_to", "lost_result", "cancelled_at", "cancel_reason"
+};
+
+/* Columns of jobguard.operations and jobguard.certifications. */
+typedef enum OtherColumn
+{
+	OP_OPERATION,
+	OP_OUTPUT_CONTRACT,
+	OP_CONTRACT_VERSION,
+	CERT_OPERATION,
+	CERT_PROVIDER,
+	CERT_REVOKED_AT,
+	OTHER_COLUMN_COUNT
+} OtherColumn;
+
+/*
+ * The rules of one table that a write must check itself: the domain of
+ * each column (NULL when it has none) and the CHECK constraints, compiled.
+ */
+typedef struct TableRules
+{
+	int			natts;
+	Oid		   *domain_type;	/* per attribute, InvalidOid if no domain */
+	void	  **domain_cache;	/* per attribute, domain_check()'s cache */
+	int			ncheck;
+	ExprState **check_state;
+	char	  **check_name;
+} TableRules;
+
+/*
+ * What this backend knows about jobguard's tables: their OIDs, the indexes
+ * and sequences used here, the attribute numbers of the columns, and the
+ * compiled rules.  Rebuilt after any relcache invalidation of one of them
+ * (ALTER TABLE, CREATE TRIGGER, DROP EXTENSION, ...).
+ */
+typedef struct RowsCatalog
+{
+	bool		usable;			/* false: store.c must run its SQL */
+	Oid			jobs;
+	Oid			attempts;
+	Oid			operations;
+	Oid			certifications;
+	Oid			jobs_pkey;
+	Oid			jobs_owner_key;
+	Oid			attempts_pkey;
+	Oid			attempts_job_attempt_no;
+	Oid			operations_pkey;
+	Oid			certifications_pkey;
+	Oid			jobs_seq;
+	Oid			attempts_seq;
+	AttrNumber	job_att[JOB_COLUMN_COUNT];
+	AttrNumber	attempt_att[ATT_COLUMN_COUNT];
+	AttrNumber	other_att[OTHER_COLUMN_COUNT];
+	TableRules	job_rules;
+	TableRules	attempt_rules;
+} RowsCatalog;
+
+static RowsCatalog *catalog = NULL;
+static MemoryContext catalog_cxt = NULL;
+static bool catalog_valid = false;
+static uint64 catalog_invalidations = 0;
+static bool callback_registered = false;
+
+/*
+ * catalog_invalidate: relcache callback.  Only marks the catalog stale; it
+ * is rebuilt at the start of the next call, never while one is using it.
+ */
+static void
+catalog_invalidate(Datum arg, Oid relid)
+{
+	if (catalog == NULL || !OidIsValid(relid) ||
+		relid == catalog->jobs || relid == catalog->attempts ||
+		relid == catalog->operations || relid == catalog->certifications)
+	{
+		catalog_valid = false;
+		catalog_invalidations++;
+	}
+}
+
+/*
+ * compile_rules: a table's column domains and CHECK constraints, compiled
+ * once into long-lived memory (what ExecConstraints redoes per statement).
+ */
+static void
+compile_rules(Relation rel, TableRules *rules)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleConstr *constr = desc->constr;
+
+	rules->natts = desc->natts;
+	rules->domain_type = palloc0(sizeof(Oid) * desc->natts);
+	rules->domain_cache = palloc0(sizeof(void *) * desc->natts);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (!att->attisdropped && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+			rules->domain_type[i] = att->atttypid;
+	}
+	rules->ncheck = constr ? constr->num_check : 0;
+	rules->check_state = palloc0(sizeof(ExprState *) * Max(rules->ncheck, 1));
+	rules->check_name = palloc0(sizeof(char *) * Max(rules->ncheck, 1));
+	for (int i = 0; i < rules->ncheck; i++)
+	{
+		Expr	   *expr = stringToNode(constr->check[i].ccbin);
+
+		rules->check_name[i] = pstrdup(constr->check[i].ccname);
+		rules->check_state[i] = ExecInitExpr(expression_planner(expr), NULL);
+	}
+}
+
+/*
+ * has_foreign_code: does the table have a trigger jobguard did not create
+ * (the foreign key's are internal), a rule, or forced row security?  Then
+ * writes must go through the executor.
+ */
+static bool
+has_foreign_code(Relation rel)
+{
+	if (rel->rd_rules != NULL ||
+		(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity))
+		return true;
+	if (rel->trigdesc != NULL)
+		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
+			if (!rel->trigdesc->triggers[i].tgisinternal)
+				return true;
+	return false;
+}
+
+/*
+ * find_columns: the attribute numbers of the named columns; false when one
+ * is missing or the table has a column this file does not know of (whose
+ * default it would skip).
+ */
+static bool
+find_columns(Relation rel, const char *const *names, int count, AttrNumber *atts)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	int			live = 0;
+
+	for (int i = 0; i < desc->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped)
+			live++;
+	for (int i = 0; i < count; i++)
+	{
+		atts[i] = get_attnum(RelationGetRelid(rel), names[i]);
+		if (atts[i] == InvalidAttrNumber)
+			return false;
+	}
+	return live == count;
+}
+
+/*
+ * index_on: the OID of the table's index whose key columns are exactly the
+ * given attributes (in order) and which has no predicate; InvalidOid if
+ * none.  Finds the unique indexes by what they index, not by name.
+ */
+static Oid
+index_on(Relation rel, int nkeys, const AttrNumber *atts)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	Oid			found = InvalidOid;
+
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = index->rd_index;
+		bool		match = form->indisunique && form->indisvalid &&
+			form->indnkeyatts == nkeys &&
+			RelationGetIndexPredicate(index) == NIL &&
+			RelationGetIndexExpressions(index) == NIL;
+
+		for (int k = 0; match && k < nkeys; k++)
+			match = form->indkey.values[k] == atts[k];
+		index_close(index, AccessShareLock);
+		if (match)
+		{
+			found = lfirst_oid(lc);
+			break;
+		}
+	}
+	list_free(indexes);
+	return found;
+}
+
+/* build_catalog: fill *cat from the system catalogs; see RowsCatalog. */
+static void
+build_catalog(RowsCatalog *cat)
+{
+	Oid			schema = get_namespace_oid("jobguard", true);
+	Relation	jobs,
+				attempts,
+				operations,
+				certifications;
+	AttrNumber	keys[2];
+
+	memset(cat, 0, sizeof(*cat));
+	if (!OidIsValid(schema))
+		return;
+	cat->jobs = get_relname_relid("jobs", schema);
+	cat->attempts = get_relname_relid("attempts", schema);
+	cat->operations = get_relname_relid("operations", schema);
+	cat->certifications = get_relname_relid("certifications", schema);
+	cat->jobs_seq = get_relname_relid("jobs_id_seq", schema);
+	cat->attempts_seq = get_relname_relid("attempts_id_seq", schema);
+	if (!OidIsValid(cat->jobs) || !OidIsValid(cat->attempts) ||
+		!OidIsValid(cat->operations) || !OidIsValid(cat->certifications) ||
+		!OidIsValid(cat->jobs_seq) || !OidIsValid(cat->attempts_seq))
+		return;
+
+	jobs = table_open(cat->jobs, AccessShareLock);
+	attempts = table_open(cat->attempts, AccessShareLock);
+	operations = table_open(cat->operations, AccessShareLock);
+	certifications = table_open(cat->certifications, AccessShareLock);
+
+	cat->usable = !has_foreign_code(jobs) && !has_foreign_code(attempts) &&
+		find_columns(jobs, job_column_names, JOB_COLUMN_COUNT, cat->job_att) &&
+		find_columns(attempts, attempt_column_names, ATT_COLUMN_COUNT, cat->attempt_att);
+	if (cat->usable)
+	{
+		cat->other_att[OP_OPERATION] = get_attnum(cat->operations, "operation");
+		cat->other_att[OP_OUTPUT_CONTRACT] = get_attnum(cat->operations, "output_contract");
+		cat->other_att[OP_CONTRACT_VERSION] = get_attnum(cat->operations, "contract_version");
+		cat->other_att[CERT_OPERATION] = get_attnum(cat->certifications, "operation");
+		cat->other_att[CERT_PROVIDER] = get_attnum(cat->certifications, "provider");
+		cat->other_att[CERT_REVOKED_AT] = get_attnum(cat->certifications, "revoked_at");
+		for (int i = 0; i < OTHER_COLUMN_COUNT; i++)
+			if (cat->other_att[i] == InvalidAttrNumber)
+				cat->usable = false;
+	}
+	if (cat->usable)
+	{
+		keys[0] = cat->job_att[JOB_ID];
+		cat->jobs_pkey = index_on(jobs, 1, keys);
+		keys[0] = cat->job_att[JOB_OWNER_ID];
+		keys[1] = cat->job_att[JOB_IDEMPOTENCY_KEY];
+		cat->jobs_owner_key = index_on(jobs, 2, keys);
+		keys[0] = cat->attempt_att[ATT_ID];
+		cat->attempts_pkey = index_on(attempts, 1, keys);
+		keys[0] = cat->attempt_att[ATT_JOB_ID];
+		keys[1] = cat->attempt_att[ATT_ATTEMPT_NO];
+		cat->attempts_job_attempt_no = index_on(attempts, 2, keys);
+		keys[0] = cat->other_att[OP_OPERATION];
+		cat->operations_pkey = index_on(operations, 1, keys);
+		keys[0] = cat->other_att[CERT_OPERATION];
+		keys[1] = cat->other_att[CERT_PROVIDER];
+		cat->certifications_pkey = index_on(certifications, 2, keys);
+		cat->usable = OidIsValid(cat->jobs_pkey) && OidIsValid(cat->jobs_owner_key) &&
+			OidIsValid(cat->attempts_pkey) && OidIsValid(cat->attempts_job_attempt_no) &&
+			OidIsValid(cat->operations_pkey) && OidIsValid(cat->certifications_pkey);
+	}
+	if (cat->usable)
+	{
+		compile_rules(jobs, &cat->job_rules);
+		compile_rules(attempts, &cat->attempt_rules);
+	}
+
+	table_close(certifications, AccessShareLock);
+	table_close(operations, AccessShareLock);
+	table_close(attempts, AccessShareLock);
+	table_close(jobs, AccessShareLock);
+}
+
+/*
+ * current_catalog: the catalog, rebuilt first if an invalidation made it
+ * stale.  The old one is freed here, between calls.
+ */
+static RowsCatalog *
+current_catalog(void)
+{
+	MemoryContext old;
+	RowsCatalog *built;
+	uint64		before = catalog_invalidations;
+
+	if (catalog_valid && catalog != NULL)
+		return catalog;
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(catalog_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	catalog = NULL;
+	if (catalog_cxt != NULL)
+		MemoryContextDelete(catalog_cxt);
+	catalog_cxt = AllocSetContextCreate(CacheMemoryContext, "jobguard rows catalog",
+										ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(catalog_cxt);
+	built = palloc(sizeof(RowsCatalog));
+	build_catalog(built);
+	MemoryContextSwitchTo(old);
+	/* an invalidation that arrived while building makes the next call rebuild */
+	catalog = built;
+	catalog_valid = (catalog_invalidations == before);
+	return catalog;
+}
+
+/* rows_usable: may store.c use the functions of this file right now? */
+bool
+rows_usable(void)
+{
+	return rows_fast_path && current_catalog()->usable;
+}
+
+/*
+ * begin_statement: what starting a statement does for its reads: make this
+ * transaction's earlier writes visible, and push the snapshot a statement
+ * would take.  Pair with end_statement().
+ */
+static Snapshot
+begin_statement(void)
+{
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	return GetActiveSnapshot();
+}
+
+/* end_statement: pop the snapshot of begin_statement(). */
+static void
+end_statement(void)
+{
+	PopActiveSnapshot();
+}
+
+/*
+ * fetch_by_key: the row of `heap` that `index` finds for the key values,
+ * visible to snap, into slot; false if none.  The keys are the index's
+ * first nkeys columns; each is compared with its type's equality under the
+ * index's collation.  Backward direction returns the row with the highest
+ * remaining index columns first.
+ */
+static bool
+fetch_by_key(Relation heap, Oid indexoid, int nkeys, const Datum *values,
+			 const RegProcedure *procs, ScanDirection direction,
+			 Snapshot snap, TupleTableSlot *slot)
+{
+	Relation	index = index_open(indexoid, AccessShareLock);
+	ScanKeyData keys[2];
+	IndexScanDesc scan;
+	bool		found;
+
+	Assert(nkeys <= 2);
+	for (int i = 0; i < nkeys; i++)
+		ScanKeyEntryInitialize(&keys[i], 0, i + 1, BTEqualStrategyNumber,
+							   InvalidOid, index->rd_indcollation[i],
+							   procs[i], values[i]);
+	scan = index_beginscan(heap, index, snap, nkeys, 0);
+	index_rescan(scan, keys, nkeys, NULL, 0);
+	found = index_getnext_slot(scan, direction, slot);
+	index_endscan(scan);
+	index_close(index, NoLock);
+	return found;
+}
+
+/* fetch_by_id: the row with bigint key `id` through a one-column index. */
+static bool
+fetch_by_id(Relation heap, Oid indexoid, int64 id, Snapshot snap,
+			TupleTableSlot *slot)
+{
+	Datum		value = Int64GetDatum(id);
+	RegProcedure proc = F_INT8EQ;
+
+	return fetch_by_key(heap, indexoid, 1, &value, &proc,
+						ForwardScanDirection, snap, slot);
+}
+
+/* Reading columns of a fetched row, by attribute number. */
+static Datum
+col(TupleTableSlot *slot, AttrNumber att, bool *isnull)
+{
+	return slot_getattr(slot, att, isnull);
+}
+
+static int64
+col_int64(TupleTableSlot *slot, AttrNumber att, bool *isnull)
+{
+	Datum		d = slot_getattr(slot, att, isnull);
+
+	return *isnull ? 0 : DatumGetInt64(d);
+}
+
+static char *
+col_text(TupleTableSlot *slot, AttrNumber att)
+{
+	bool		isnull;
+	Datum		d = slot_getattr(slot, att, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/* col_varlena_copy: a varlena column detoasted into our memory, or 0. */
+static Datum
+col_varlena_copy(TupleTableSlot *slot, AttrNumber att, bool *isnull)
+{
+	Datum		d = slot_getattr(slot, att, isnull);
+
+	if (*isnull)
+		return (Datum) 0;
+	return PointerGetDatum(pg_detoast_datum_copy((struct varlena *) DatumGetPointer(d)));
+}
+
+/*
+ * A table opened for writing: its ResultRelInfo with the indexes open, an
+ * EState to evaluate index predicates and CHECK constraints in, a slot for
+ * the row being written and one for rows read.
+ */
+typedef struct RowWriter
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *new_row;
+	TupleTableSlot *old_row;
+	TableRules *rules;
+} RowWriter;
+
+/* writer_open: open a table for writes (speculative: ON CONFLICT ready). */
+static void
+writer_open(RowWriter *w, Oid relid, TableRules *rules, bool speculative)
+{
+	MemoryContext old;
+
+	w->rel = table_open(relid, RowExclusiveLock);
+	w->estate = CreateExecutorState();
+	old = MemoryContextSwitchTo(w->estate->es_query_cxt);
+	w->rri = makeNode(ResultRelInfo);
+	/* no range table: index inserts then treat all key columns as unchanged */
+	InitResultRelInfo(w->rri, w->rel, 0, NULL, 0);
+	ExecOpenIndices(w->rri, speculative);
+	w->new_row = MakeSingleTupleTableSlot(RelationGetDescr(w->rel), &TTSOpsVirtual);
+	w->old_row = table_slot_create(w->rel, NULL);
+	MemoryContextSwitchTo(old);
+	w->rules = rules;
+}
+
+/* writer_close: release what writer_open() took (the lock stays). */
+static void
+writer_close(RowWriter *w)
+{
+	ExecDropSingleTupleTableSlot(w->old_row);
+	ExecDropSingleTupleTableSlot(w->new_row);
+	ExecCloseIndices(w->rri);
+	FreeExecutorState(w->estate);
+	table_close(w->rel, NoLock);
+}
+
+/* new_row_start: an empty (all NULL) row in the writer's new_row slot. */
+static void
+new_row_start(RowWriter *w)
+{
+	TupleTableSlot *slot = w->new_row;
+
+	ExecClearTuple(slot);
+	for (int i = 0; i < slot->tts_tupleDescriptor->natts; i++)
+	{
+		slot->tts_values[i] = (Datum) 0;
+		slot->tts_isnull[i] = true;
+	}
+}
+
+/* set: one column of the row being built. */
+static void
+set(RowWriter *w, AttrNumber att, Datum value, bool isnull)
+{
+	w->new_row->tts_values[att - 1] = value;
+	w->new_row->tts_isnull[att - 1] = isnull;
+}
+
+/*
+ * check_row: the table's own rules on the row about to be written (stored
+ * in new_row), with
+ * the executor's error codes and messages: NOT NULL (23502), the domains
+ * of the columns (23514 from the domain), CHECK constraints (23514).
+ */
+static void
+check_row(RowWriter *w)
+{
+	TupleTableSlot *slot = w->new_row;
+	TupleDesc	desc = slot->tts_tupleDescriptor;
+	TableRules *rules = w->rules;
+	ExprContext *econtext;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attnotnull && slot->tts_isnull[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NOT_NULL_VIOLATION),
+					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
+							NameStr(att->attname), RelationGetRelationName(w->rel)),
+					 errtablecol(w->rel, i + 1)));
+		if (OidIsValid(rules->domain_type[i]))
+			domain_check(slot->tts_values[i], slot->tts_isnull[i],
+						 rules->domain_type[i], &rules->domain_cache[i],
+						 catalog_cxt);
+	}
+	econtext = GetPerTupleExprContext(w->estate);
+	econtext->ecxt_scantuple = slot;
+	for (int i = 0; i < rules->ncheck; i++)
+		if (!ExecCheck(rules->check_state[i], econtext))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHECK_VIOLATION),
+					 errmsg("new row for relation \"%s\" violates check constraint \"%s\"",
+							RelationGetRelationName(w->rel), rules->check_name[i]),
+					 errtableconstraint(w->rel, rules->check_name[i])));
+	ResetExprContext(econtext);
+}
+
+/*
+ * require_visible_conflict: under REPEATABLE READ and SERIALIZABLE, a
+ * conflicting row this transaction cannot see is a serialization failure,
+ * exactly as INSERT ... ON CONFLICT DO NOTHING reports it.
+ */
+static void
+require_visible_conflict(RowWriter *w, ItemPointer tid, Snapshot snap)
+{
+	if (!IsolationUsesXactSnapshot())
+		return;
+	if (!table_tuple_fetch_row_version(w->rel, tid, SnapshotAny, w->old_row))
+		elog(ERROR, "jobguard: failed to fetch conflicting row");
+	if (!table_tuple_satisfies_snapshot(w->rel, w->old_row, snap))
+	{
+		bool		isnull;
+		TransactionId xmin = DatumGetTransactionId(slot_getsysattr(w->old_row,
+																   MinTransactionIdAttributeNumber,
+																   &isnull));
+
+		if (!TransactionIdIsCurrentTransactionId(xmin))
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not serialize access due to concurrent update")));
+	}
+	ExecClearTuple(w->old_row);
+}
+
+/*
+ * insert_unless_conflict: insert new_row unless it conflicts with a row of
+ * an arbiter index (NIL: every unique index), the way INSERT ... ON
+ * CONFLICT DO NOTHING does: check, insert speculatively, and start over if
+ * a concurrent insert of the same key got in between.  Waits for an
+ * uncommitted conflicting row to commit or roll back.  Returns false when
+ * a committed row conflicts (nothing was written).
+ */
+static bool
+insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap)
+{
+	TransactionId xid = GetCurrentTransactionId();
+
+	ExecStoreVirtualTuple(w->new_row);
+	check_row(w);
+	for (;;)
+	{
+		ItemPointerData conflict;
+		uint32		token;
+		bool		spec_conflict = false;
+
+		CHECK_FOR_INTERRUPTS();
+		if (!ExecCheckIndexConstraints(w->rri, w->new_row, w->estate,
+									   &conflict, arbiters))
+		{
+			require_visible_conflict(w, &conflict, snap);
+			return false;
+		}
+		token = SpeculativeInsertionLockAcquire(xid);
+		table_tuple_insert_speculative(w->rel, w->new_row,
+									   GetCurrentCommandId(true), 0, NULL, token);
+		list_free(ExecInsertIndexTuples(w->rri, w->new_row, w->estate,
+										false, true, &spec_conflict, arbiters));
+		table_tuple_complete_speculative(w->rel, w->new_row, token, !spec_conflict);
+		SpeculativeInsertionLockRelease(xid);
+		if (!spec_conflict)
+			return true;
+	}
+}
+
+/* A condition a row must meet to be updated, and the change to make. */
+typedef bool (*RowCondition) (RowWriter *w, void *arg);
+typedef void (*RowChange) (RowWriter *w, void *arg);
+
+/*
+ * update_if: UPDATE ... WHERE <key> AND <condition>, for the row that the
+ * one-column bigint index finds for id.  The row visible to snap must meet
+ * the condition; if it was changed concurrently, READ COMMITTED locks its
+ * newest version and checks the condition again (as EvalPlanQual does),
+ * the other isolation levels raise a serialization failure.  change()
+ * builds the new row in new_row from old_row.  Returns true when updated.
+ */
+static bool
+update_if(RowWriter *w, Oid indexoid, int64 id, Snapshot snap,
+		  RowCondition condition, RowChange change, void *arg)
+{
+	CommandId	cid = GetCurrentCommandId(true);
+	ItemPointerData tid;
+
+	if (!fetch_by_id(w->rel, indexoid, id, snap, w->old_row) || !condition(w, arg))
+		return false;
+	tid = w->old_row->tts_tid;
+	for (;;)
+	{
+		TM_FailureData tmfd;
+		LockTupleMode lockmode;
+		bool		update_indexes;
+		TM_Result	result;
+
+		new_row_start(w);
+		slot_getallattrs(w->old_row);
+		memcpy(w->new_row->tts_values, w->old_row->tts_values,
+			   sizeof(Datum) * w->old_row->tts_nvalid);
+		memcpy(w->new_row->tts_isnull, w->old_row->tts_isnull,
+			   sizeof(bool) * w->old_row->tts_nvalid);
+		change(w, arg);
+		ExecStoreVirtualTuple(w->new_row);
+		check_row(w);
+
+		result = table_tuple_update(w->rel, &tid, w->new_row, cid, snap,
+									InvalidSnapshot, true, &tmfd,
+									&lockmode, &update_indexes);
+		switch (result)
+		{
+			case TM_Ok:
+				/* no key column ever changes here: index inserts get that hint */
+				if (update_indexes)
+					list_free(ExecInsertIndexTuples(w->rri, w->new_row, w->estate,
+													true, false, NULL, NIL));
+				return true;
+			case TM_Updated:
+				if (IsolationUsesXactSnapshot())
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not serialize access due to concurrent update")));
+				result = table_tuple_lock(w->rel, &tid, snap, w->old_row, cid,
+										  lockmode, LockWaitBlock,
+										  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
+				if (result == TM_Deleted)
+					return false;
+				if (result != TM_Ok)
+					elog(ERROR, "jobguard: unexpected result %d locking a row of \"%s\"",
+						 (int) result, RelationGetRelationName(w->rel));
+				if (!condition(w, arg))
+					return false;
+				tid = w->old_row->tts_tid;
+				continue;
+			case TM_Deleted:
+				if (IsolationUsesXactSnapshot())
+					ereport(ERROR,
+							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+							 errmsg("could not serialize access due to concurrent delete")));
+				return false;
+			default:
+				elog(ERROR, "jobguard: unexpected result %d updating a row of \"%s\"",
+					 (int) result, RelationGetRelationName(w->rel));
+		}
+	}
+}
+
+/* now_timestamp: now(), the start of the transaction, as SQL sees it. */
+static Datum
+now_timestamp(void)
+{
+	return TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+}
+
+/*
+ * rows_insert_job: store_insert_job() without SQL.  The id is drawn only
+ * when the key is new (the pre-check found no conflict).
+ */
+bool
+rows_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
+				Datum params, Datum provider,
+				Datum max_attempts, bool max_attempts_null, int64 *job_id)
+{
+	RowsCatalog *cat = current_catalog();
+	const AttrNumber *a = cat->job_att;
+	RowWriter	w;
+	Snapshot	snap = begin_statement();
+	List	   *arbiters = list_make1_oid(cat->jobs_owner_key);
+	int64		id;
+	bool		inserted;
+
+	writer_open(&w, cat->jobs, &cat->job_rules, true);
+	new_row_start(&w);
+	set(&w, a[JOB_OWNER_ID], owner_id, false);
+	set(&w, a[JOB_IDEMPOTENCY_KEY], idempotency_key, false);
+	set(&w, a[JOB_OPERATION], operation, false);
+	set(&w, a[JOB_PARAMS], params, false);
+	set(&w, a[JOB_PROVIDER], provider, false);
+	set(&w, a[JOB_MAX_ATTEMPTS], max_attempts, max_attempts_null);
+	set(&w, a[JOB_VERSION], Int64GetDatum(1), false);
+	set(&w, a[JOB_CREATED_AT], now_timestamp(), false);
+	id = nextval_internal(cat->jobs_seq, false);
+	set(&w, a[JOB_ID], Int64GetDatum(id), false);
+	inserted = insert_unless_conflict(&w, arbiters, snap);
+	writer_close(&w);
+	end_statement();
+	if (inserted)
+		*job_id = id;
+	return inserted;
+}
+
+/*
+ * rows_match_job: store_match_job() without SQL: the job for the key,
+ * compared with the request column by column with the types' equality.
+ */
+bool
+rows_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
+			   Datum params, Datum provider,
+			   Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
+{
+	RowsCatalog *cat = current_catalog();
+	const AttrNumber *a = cat->job_att;
+	Snapshot	snap = begin_statement();
+	Relation	jobs = table_open(cat->jobs, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(jobs, NULL);
+	Datum		key[2] = {owner_id, idempotency_key};
+	RegProcedure procs[2] = {F_TEXTEQ, F_TEXTEQ};
+	bool		found;
+
+	found = fetch_by_key(jobs, cat->jobs_owner_key, 2, key, procs,
+						 ForwardScanDirection, snap, slot);
+	if (found)
+	{
+		bool		isnull;
+		Datum		stored_max;
+
+		match->job_id = col_int64(slot, a[JOB_ID], &isnull);
+		match->same_operation = DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
+																	 col(slot, a[JOB_OPERATION], &isnull),
+																	 operation));
+		match->same_params = DatumGetBool(DirectFunctionCall2(jsonb_eq,
+															  col(slot, a[JOB_PARAMS], &isnull),
+															  params));
+		match->same_provider = DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
+																	col(slot, a[JOB_PROVIDER], &isnull),
+																	provider));
+		stored_max = col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
+		match->same_max_attempts = isnull ? max_attempts_null :
+			(!max_attempts_null && DatumGetInt32(stored_max) == DatumGetInt32(max_attempts));
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(jobs, AccessShareLock);
+	end_statement();
+	return found;
+}
+
+/*
+ * read_job: the job row for begin_attempt's gate, visible to snap; false
+ * if there is none.
+ */
+static bool
+read_job(RowsCatalog *cat, Relation jobs, int64 job_id, Snapshot snap,
+		 TupleTableSlot *slot, JobRow *job)
+{
+	const AttrNumber *a = cat->job_att;
+	bool		isnull;
+	Datum		d;
+
+	if (!fetch_by_id(jobs, cat->jobs_pkey, job_id, snap, slot))
+		return false;
+	job->id = job_id;
+	job->operation = col_text(slot, a[JOB_OPERATION]);
+	job->provider = col_text(slot, a[JOB_PROVIDER]);
+	d = col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
+	job->has_max_attempts = !isnull;
+	job->max_attempts = isnull ? 0 : DatumGetInt32(d);
+	job->version = col_int64(slot, a[JOB_VERSION], &isnull);
+	job->completed_by = col_int64(slot, a[JOB_COMPLETED_BY], &isnull);
+	job->completed = !isnull;
+	(void) col(slot, a[JOB_CANCELLED_AT], &isnull);
+	job->cancelled = !isnull;
+	return true;
+}
+
+/*
+ * read_attempt: fill an AttemptRow from a fetched attempts row, with the
+ * effective state (started past its deadline is unknown, as
+ * jobguard.attempt_state() says).
+ */
+static void
+read_attempt(RowsCatalog *cat, TupleTableSlot *slot, AttemptRow *attempt)
+{
+	const AttrNumber *a = cat->attempt_att;
+	bool		isnull;
+
+	attempt->id = col_int64(slot, a[ATT_ID], &isnull);
+	attempt->job_id = col_int64(slot, a[ATT_JOB_ID], &isnull);
+	attempt->attempt_no = DatumGetInt32(col(slot, a[ATT_ATTEMPT_NO], &isnull));
+	attempt->provider = col_text(slot, a[ATT_PROVIDER]);
+	attempt->stored_state = attempt_state_from_name(col_text(slot, a[ATT_STATE]));
+	attempt->read_version = col_int64(slot, a[ATT_READ_VERSION], &isnull);
+	attempt->deadline = DatumGetTimestampTz(col(slot, a[ATT_DEADLINE], &isnull));
+	attempt->attempt_key = col_text(slot, a[ATT_ATTEMPT_KEY]);
+	attempt->lost_result = col_varlena_copy(slot, a[ATT_LOST_RESULT], &isnull);
+	attempt->state = attempt->stored_state;
+	if (attempt->stored_state == ATTEMPT_STARTED &&
+		attempt->deadline <= GetCurrentTransactionStartTimestamp())
+		attempt->state = ATTEMPT_UNKNOWN;
+}
+
+/* is_certified: a live certification of provider for operation, in snap. */
+static bool
+is_certified(RowsCatalog *cat, const char *operation, const char *provider,
+			 Snapshot snap)
+{
+	Relation	certs = table_open(cat->certifications, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(certs, NULL);
+	Datum		key[2] = {CStringGetTextDatum(operation), CStringGetTextDatum(provider)};
+	RegProcedure procs[2] = {F_TEXTEQ, F_TEXTEQ};
+	bool		certified = false;
+	bool		isnull;
+
+	if (fetch_by_key(certs, cat->certifications_pkey, 2, key, procs,
+					 ForwardScanDirection, snap, slot))
+	{
+		(void) col(slot, cat->other_att[CERT_REVOKED_AT], &isnull);
+		certified = isnull;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(certs, AccessShareLock);
+	return certified;
+}
+
+/*
+ * lock_job_for_key_share: what the attempts → jobs foreign key checks on
+ * insert: the job row still exists, locked FOR KEY SHARE so that it cannot
+ * be deleted before this transaction ends.  Returns false if it is gone.
+ */
+static bool
+lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
+{
+	ItemPointerData tid = slot->tts_tid;
+	TM_FailureData tmfd;
+	int			flags = TUPLE_LOCK_FLAG_LOCK_UPDATE_IN_PROGRESS;
+	TM_Result	result;
+
+	if (!IsolationUsesXactSnapshot())
+		flags |= TUPLE_LOCK_FLAG_FIND_LAST_VERSION;
+	result = table_tuple_lock(jobs, &tid, snap, slot, GetCurrentCommandId(true),
+							  LockTupleKeyShare, LockWaitBlock, flags, &tmfd);
+	switch (result)
+	{
+		case TM_Ok:
+			return true;
+		case TM_Deleted:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent delete")));
+			return false;
+		case TM_Updated:
+			if (IsolationUsesXactSnapshot())
+				ereport(ERROR,
+						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						 errmsg("could not serialize access due to concurrent update")));
+			/* following the newest version, READ COMMITTED never gets here */
+			break;
+		default:
+			break;
+	}
+	elog(ERROR, "jobguard: unexpected result %d locking job row", (int) result);
+	return false;
+}
+
+/*
+ * rows_begin_attempt: store_begin_attempt() without SQL, with the same
+ * gate: the job open, its latest attempt closed, attempts left, a fallback
+ * provider certified; then the insert, decided by the partial unique index
+ * on open attempts when two begins race.  Returns the new attempt's id, or
+ * 0 when refused.
+ */
+int64
+rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+				   Datum timeout, Datum attempt_key, bool attempt_key_null)
+{
+	RowsCatalog *cat = current_catalog();
+	const AttrNumber *a = cat->attempt_att;
+	Snapshot	snap = begin_statement();
+	Relation	jobs = table_open(cat->jobs, RowShareLock);
+	TupleTableSlot *job_slot = table_slot_create(jobs, NULL);
+	RowWriter	w;
+	JobRow		job;
+	int32		last_no = 0;
+	bool		open = true;
+	int64		id = 0;
+
+	writer_open(&w, cat->attempts, &cat->attempt_rules, true);
+	if (read_job(cat, jobs, job_id, snap, job_slot, &job) &&
+		!job.completed && !job.cancelled)
+	{
+		RegProcedure proc = F_INT8EQ;
+		Datum		key = Int64GetDatum(job_id);
+		const char *wanted = provider_null ? NULL : TextDatumGetCString(provider);
+
+		open = false;
+		if (fetch_by_key(w.rel, cat->attempts_job_attempt_no, 1, &key, &proc,
+						 BackwardScanDirection, snap, w.old_row))
+		{
+			bool		isnull;
+			AttemptState last_state = attempt_state_from_name(col_text(w.old_row, a[ATT_STATE]));
+
+			last_no = DatumGetInt32(col(w.old_row, a[ATT_ATTEMPT_NO], &isnull));
+			open = attempt_state_is_open(last_state);
+		}
+		if (!open &&
+			(!job.has_max_attempts || last_no < job.max_attempts) &&
+			(wanted == NULL || strcmp(wanted, job.provider) == 0 ||
+			 is_certified(cat, job.operation, wanted, snap)) &&
+			lock_job_for_key_share(jobs, job_slot, snap))
+		{
+			Datum		now = now_timestamp();
+
+			new_row_start(&w);
+			set(&w, a[ATT_JOB_ID], Int64GetDatum(job_id), false);
+			set(&w, a[ATT_ATTEMPT_NO], Int32GetDatum(last_no + 1), false);
+			set(&w, a[ATT_PROVIDER], provider_null ? CStringGetTextDatum(job.provider) : provider, false);
+			set(&w, a[ATT_STATE], CStringGetTextDatum(attempt_state_name(ATTEMPT_STARTED)), false);
+			set(&w, a[ATT_READ_VERSION], Int64GetDatum(job.version), false);
+			set(&w, a[ATT_ATTEMPT_KEY], attempt_key, attempt_key_null);
+			set(&w, a[ATT_STARTED_AT], now, false);
+			set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, timeout), false);
+			id = nextval_internal(cat->attempts_seq, false);
+			set(&w, a[ATT_ID], Int64GetDatum(id), false);
+			if (!insert_unless_conflict(&w, NIL, snap))
+				id = 0;
+		}
+	}
+	writer_close(&w);
+	ExecDropSingleTupleTableSlot(job_slot);
+	table_close(jobs, NoLock);
+	end_statement();
+	return id;
+}
+
+/*
+ * rows_read_for_finish: store_read_for_finish() without SQL: the attempt,
+ * its job and its operation's contract, in one snapshot, without locks.
+ */
+bool
+rows_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
+{
+	RowsCatalog *cat = current_catalog();
+	Snapshot	snap = begin_statement();
+	Relation	attempts = table_open(cat->attempts, AccessShareLock);
+	Relation	jobs = table_open(cat->jobs, AccessShareLock);
+	Relation	operations = table_open(cat->operations, AccessShareLock);
+	TupleTableSlot *attempt_slot = table_slot_create(attempts, NULL);
+	TupleTableSlot *job_slot = table_slot_create(jobs, NULL);
+	TupleTableSlot *op_slot = table_slot_create(operations, NULL);
+	bool		found;
+	bool		isnull;
+
+	found = fetch_by_id(attempts, cat->attempts_pkey, attempt_id, snap, attempt_slot);
+	if (found)
+	{
+		read_attempt(cat, attempt_slot, attempt);
+		/* the foreign key keeps the job; its row is there */
+		if (!fetch_by_id(jobs, cat->jobs_pkey, attempt->job_id, snap, job_slot))
+			elog(ERROR, "jobguard: job %lld of attempt %lld not found",
+				 (long long) attempt->job_id, (long long) attempt_id);
+		job->operation = col_text(job_slot, cat->job_att[JOB_OPERATION]);
+		job->completed_by = col_int64(job_slot, cat->job_att[JOB_COMPLETED_BY], &isnull);
+		job->completed = !isnull;
+		job->result = col_varlena_copy(job_slot, cat->job_att[JOB_RESULT], &isnull);
+		job->has_contract = false;
+		job->contract_version = 0;
+		job->contract = (Datum) 0;
+		{
+			Datum		key = CStringGetTextDatum(job->operation);
+			RegProcedure proc = F_TEXTEQ;
+
+			if (fetch_by_key(operations, cat->operations_pkey, 1, &key, &proc,
+							 ForwardScanDirection, snap, op_slot))
+			{
+				job->has_contract = true;
+				job->contract_version = col_int64(op_slot, cat->other_att[OP_CONTRACT_VERSION], &isnull);
+				job->contract = col_varlena_copy(op_slot, cat->other_att[OP_OUTPUT_CONTRACT], &isnull);
+			}
+		}
+	}
+	ExecDropSingleTupleTableSlot(op_slot);
+	ExecDropSingleTupleTableSlot(job_slot);
+	ExecDropSingleTupleTableSlot(attempt_slot);
+	table_close(operations, AccessShareLock);
+	table_close(jobs, AccessShareLock);
+	table_close(attempts, AccessShareLock);
+	end_statement();
+	return found;
+}
+
+/* What the claim and the compare-and-swap compare and write. */
+typedef struct ClaimArgs
+{
+	RowsCatalog *cat;
+	const AttemptRow *attempt;
+	Datum		result;
+	Datum		now;
+} ClaimArgs;
+
+/* claim_condition: the attempt is still in the stored state the finish read. */
+static bool
+claim_condition(RowWriter *w, void *arg)
+{
+	ClaimArgs  *c = arg;
+
+	return attempt_state_from_name(col_text(w->old_row, c->cat->attempt_att[ATT_STATE])) ==
+		c->attempt->stored_state;
+}
+
+/* claim_change: state succeeded, finished now. */
+static void
+claim_change(RowWriter *w, void *arg)
+{
+	ClaimArgs  *c = arg;
+
+	set(w, c->cat->attempt_att[ATT_STATE],
+		CStringGetTextDatum(attempt_state_name(ATTEMPT_SUCCEEDED)), false);
+	set(w, c->cat->attempt_att[ATT_FINISHED_AT], c->now, false);
+}
+
+/*
+ * swap_condition: the compare of the compare-and-swap: the job is at the
+ * version the attempt read when it began, and no attempt holds the slot.
+ */
+static bool
+swap_condition(RowWriter *w, void *arg)
+{
+	ClaimArgs  *c = arg;
+	bool		version_null;
+	bool		completed_null;
+	int64		version = col_int64(w->old_row, c->cat->job_att[JOB_VERSION], &version_null);
+
+	(void) col(w->old_row, c->cat->job_att[JOB_COMPLETED_BY], &completed_null);
+	return !version_null && version == c->attempt->read_version && completed_null;
+}
+
+/* swap_change: the swap: the result slot taken, the version bumped. */
+static void
+swap_change(RowWriter *w, void *arg)
+{
+	ClaimArgs  *c = arg;
+	const AttrNumber *a = c->cat->job_att;
+	bool		isnull;
+	int64		version = col_int64(w->old_row, a[JOB_VERSION], &isnull);
+
+	set(w, a[JOB_RESULT], c->result, false);
+	set(w, a[JOB_COMPLETED_BY], Int64GetDatum(c->attempt->id), false);
+	set(w, a[JOB_COMPLETED_AT], c->now, false);
+	set(w, a[JOB_VERSION], Int64GetDatum(version + 1), false);
+}
+
+/*
+ * rows_claim_and_swap: store_claim_and_swap() without SQL, in the same
+ * order and with the same conditions: claim the attempt if it is still in
+ * the state read, then
+ *   UPDATE jobs ... WHERE id = $1 AND version = $2 AND completed_by IS NULL
+ * as a conditional update of the job row.
+ */
+ClaimOutcome
+rows_claim_and_swap(const AttemptRow *attempt, Datum result)
+{
+	RowsCatalog *cat = current_catalog();
+	Snapshot	snap = begin_statement();
+	ClaimArgs	args = {cat, attempt, result, now_timestamp()};
+	RowWriter	w;
+	ClaimOutcome outcome = CLAIM_CHANGED;
+
+	writer_open(&w, cat->attempts, &cat->attempt_rules, false);
+	if (update_if(&w, cat->attempts_pkey, attempt->id, snap,
+				  claim_condition, claim_change, &args))
+		outcome = CLAIM_LOST;
+	writer_close(&w);
+	if (outcome == CLAIM_LOST)
+	{
+		writer_open(&w, cat->jobs, &cat->job_rules, false);
+		if (update_if(&w, cat->jobs_pkey, attempt->job_id, snap,
+					  swap_condition, swap_change, &args))
+			outcome = CLAIM_WON;
+		writer_close(&w);
+	}
+	end_statement();
+	return outcome;
+}
