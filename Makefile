@@ -17,7 +17,7 @@ PGFILEDESC  = "jobguard - one job per user intent"
 REGRESS      = submit attempts contracts security operations sharding fast_path
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl
 ISOLATION_OPTS = --load-extension=jobguard
 
 TAP_TESTS = 1

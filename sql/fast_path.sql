@@ -79,6 +79,19 @@ ALTER TABLE jobguard.attempts DROP COLUMN region;
 SELECT jobguard.finish_attempt(:dave_attempt, '{"id": "ch_7"}');
 SELECT jobguard.job_state(:dave_job);
 
+-- defaults come from the table, as INSERT takes them
+ALTER TABLE jobguard.jobs ALTER created_at SET DEFAULT '2001-02-03 04:05:06+00';
+SELECT job_id AS erin_job FROM jobguard.submit('erin', 'k1', 'charge', '{"amount": 1}', 'stripe') \gset
+SELECT created_at = '2001-02-03 04:05:06+00' AS from_the_default
+  FROM jobguard.jobs WHERE id = :erin_job;
+ALTER TABLE jobguard.jobs ALTER created_at SET DEFAULT pg_catalog.now();
+
+-- a read-only transaction cannot write through either path
+BEGIN READ ONLY;
+SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('erin', 'k2', 'charge', '{"amount": 1}', 'stripe')$$);
+COMMIT;
+SELECT count(*) AS erin_jobs FROM jobguard.jobs WHERE owner_id = 'erin';
+
 SELECT * FROM jobguard.check_invariants();
 DROP TABLE submitted_log;
 DROP FUNCTION log_submit();

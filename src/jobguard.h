@@ -190,7 +190,16 @@ extern void store_state_counts(ReturnSetInfo *rsinfo);
 
 /* rows.c: the hot path's reads and writes without SQL (see store.c) */
 extern bool rows_fast_path;
-extern bool rows_usable(void);
+
+/* The calls that use rows.c, by the tables they lock. */
+typedef enum RowsCall
+{
+	ROWS_SUBMIT,
+	ROWS_BEGIN,
+	ROWS_FINISH
+} RowsCall;
+
+extern bool rows_usable(RowsCall call);
 extern bool rows_insert_job(Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,

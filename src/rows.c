@@ -19,47 +19,65 @@
  *    concurrently is locked in its newest version and the condition is
  *    checked again under READ COMMITTED, and is a serialization failure
  *    under REPEATABLE READ and SERIALIZABLE;
- *  - every rule of the table still holds: NOT NULL, the columns' domains,
- *    the CHECK constraints (compiled once per backend instead of once per
- *    statement), unique and partial indexes, and the foreign key from an
- *    attempt to its job (its job row is locked FOR KEY SHARE, as the
- *    foreign key's trigger would).
+ *  - every rule of the table still holds: the columns' defaults, NOT
+ *    NULL, the columns' domains, the CHECK constraints (defaults and checks
+ *    compiled once per backend instead of once per statement), unique and
+ *    partial indexes, and the foreign key from an attempt to its job (its
+ *    job row is locked FOR KEY SHARE, as the foreign key's trigger would;
+ *    the lock is taken before the insert, and a job deleted meanwhile is
+ *    refused as missing, JG008, rather than with the foreign key's 23503).
  *
  * Nothing here decides anything: store.c calls these functions in place of
- * its statements and returns the same answers.  When a table has a trigger
- * or rule jobguard did not create, or a column it does not know, or
- * jobguard.fast_path is off, rows_usable() says no and store.c runs its
- * SQL, so the fast path can never skip something a user added.
+ * its statements and returns the same answers.  rows_usable() first takes
+ * the table locks the statements would take, then checks what it knows of
+ * the tables, so a schema change committed while a call waited is seen by
+ * that call.  When a table has a trigger or rule jobguard did not create,
+ * a column it does not know or of another type, a generated column, or
+ * when the transaction is read-only or jobguard.fast_path is off, it says
+ * no and store.c runs its SQL: the fast path never skips something a user
+ * added, and read-only transactions get the executor's own error.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_collation_d.h"
+#include "catalog/pg_constraint.h"
 #include "catalog/pg_type_d.h"
-#include "commands/sequence.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "nodes/makefuncs.h"
 #include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 
 #include "jobguard.h"
 
 /* GUC jobguard.fast_path: use this file's direct access (default on). */
 bool		rows_fast_path = true;
+
+/* A column this file reads or writes: its name and the base type it has. */
+typedef struct KnownColumn
+{
+	const char *name;
+	Oid			base_type;
+} KnownColumn;
 
 /* The columns of jobguard.jobs this file reads or writes. */
 typedef enum JobColumn
@@ -81,10 +99,13 @@ typedef enum JobColumn
 	JOB_COLUMN_COUNT
 } JobColumn;
 
-static const char *const job_column_names[JOB_COLUMN_COUNT] = {
-	"id", "owner_id", "idempotency_key", "operation", "params", "provider",
-	"max_attempts", "version", "completed_by", "result", "created_at",
-	"completed_at", "cancelled_at", "cancel_reason"
+static const KnownColumn job_columns[JOB_COLUMN_COUNT] = {
+	{"id", INT8OID}, {"owner_id", TEXTOID}, {"idempotency_key", TEXTOID},
+	{"operation", TEXTOID}, {"params", JSONBOID}, {"provider", TEXTOID},
+	{"max_attempts", INT4OID}, {"version", INT8OID}, {"completed_by", INT8OID},
+	{"result", JSONBOID}, {"created_at", TIMESTAMPTZOID},
+	{"completed_at", TIMESTAMPTZOID}, {"cancelled_at", TIMESTAMPTZOID},
+	{"cancel_reason", TEXTOID}
 };
 
 /* The columns of jobguard.attempts this file reads or writes. */
@@ -108,31 +129,50 @@ typedef enum AttemptColumn
 	ATT_COLUMN_COUNT
 } AttemptColumn;
 
-static const char *const attempt_column_names[ATT_COLUMN_COUNT] = {
-	"id", "job_id", "attempt_no", "provider", "state", "read_version",
-	"attempt_key", "started_at", "deadline", "finished_at", "error",
-	"lost_to", "lost_result", "cancelled_at", "cancel_reason"
+static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
+	{"id", INT8OID}, {"job_id", INT8OID}, {"attempt_no", INT4OID},
+	{"provider", TEXTOID}, {"state", TEXTOID}, {"read_version", INT8OID},
+	{"attempt_key", TEXTOID}, {"started_at", TIMESTAMPTZOID},
+	{"deadline", TIMESTAMPTZOID}, {"finished_at", TIMESTAMPTZOID},
+	{"error", TEXTOID}, {"lost_to", INT8OID}, {"lost_result", JSONBOID},
+	{"cancelled_at", TIMESTAMPTZOID}, {"cancel_reason", TEXTOID}
 };
 
-/* Columns of jobguard.operations and jobguard.certifications. */
-typedef enum OtherColumn
+/* The columns of jobguard.operations and jobguard.certifications read here. */
+typedef enum OperationColumn
 {
 	OP_OPERATION,
 	OP_OUTPUT_CONTRACT,
 	OP_CONTRACT_VERSION,
+	OP_COLUMN_COUNT
+} OperationColumn;
+
+static const KnownColumn operation_columns[OP_COLUMN_COUNT] = {
+	{"operation", TEXTOID}, {"output_contract", JSONBOID},
+	{"contract_version", INT8OID}
+};
+
+typedef enum CertificationColumn
+{
 	CERT_OPERATION,
 	CERT_PROVIDER,
 	CERT_REVOKED_AT,
-	OTHER_COLUMN_COUNT
-} OtherColumn;
+	CERT_COLUMN_COUNT
+} CertificationColumn;
+
+static const KnownColumn certification_columns[CERT_COLUMN_COUNT] = {
+	{"operation", TEXTOID}, {"provider", TEXTOID}, {"revoked_at", TIMESTAMPTZOID}
+};
 
 /*
- * The rules of one table that a write must check itself: the domain of
- * each column (NULL when it has none) and the CHECK constraints, compiled.
+ * The rules of one table that a write applies itself, compiled once: the
+ * default of each column, the domain of each column, and the CHECK
+ * constraints — what the executor rebuilds for every statement.
  */
 typedef struct TableRules
 {
 	int			natts;
+	ExprState **default_state;	/* per attribute, NULL if no default */
 	Oid		   *domain_type;	/* per attribute, InvalidOid if no domain */
 	void	  **domain_cache;	/* per attribute, domain_check()'s cache */
 	int			ncheck;
@@ -142,9 +182,9 @@ typedef struct TableRules
 
 /*
  * What this backend knows about jobguard's tables: their OIDs, the indexes
- * and sequences used here, the attribute numbers of the columns, and the
- * compiled rules.  Rebuilt after any relcache invalidation of one of them
- * (ALTER TABLE, CREATE TRIGGER, DROP EXTENSION, ...).
+ * used here, the attribute numbers of the columns, and the compiled rules.
+ * Rebuilt after a relcache invalidation of one of them (ALTER TABLE,
+ * CREATE TRIGGER, DROP EXTENSION, ...).
  */
 typedef struct RowsCatalog
 {
@@ -159,40 +199,47 @@ typedef struct RowsCatalog
 	Oid			attempts_job_attempt_no;
 	Oid			operations_pkey;
 	Oid			certifications_pkey;
-	Oid			jobs_seq;
-	Oid			attempts_seq;
 	AttrNumber	job_att[JOB_COLUMN_COUNT];
 	AttrNumber	attempt_att[ATT_COLUMN_COUNT];
-	AttrNumber	other_att[OTHER_COLUMN_COUNT];
+	AttrNumber	op_att[OP_COLUMN_COUNT];
+	AttrNumber	cert_att[CERT_COLUMN_COUNT];
 	TableRules	job_rules;
 	TableRules	attempt_rules;
 } RowsCatalog;
 
+/* The tables whose invalidation makes the catalog stale. */
+#define WATCHED_TABLES 4
+
 static RowsCatalog *catalog = NULL;
 static MemoryContext catalog_cxt = NULL;
 static bool catalog_valid = false;
-static uint64 catalog_invalidations = 0;
+static Oid	watched[WATCHED_TABLES];
 static bool callback_registered = false;
 
 /*
+ * The catalog rows_usable() checked under the locks of the current call;
+ * the rows_* functions use this one and never rebuild it.
+ */
+static RowsCatalog *active = NULL;
+
+/*
  * catalog_invalidate: relcache callback.  Only marks the catalog stale; it
- * is rebuilt at the start of the next call, never while one is using it.
+ * is rebuilt by rows_usable() at the start of a call, never while one is
+ * using it.
  */
 static void
 catalog_invalidate(Datum arg, Oid relid)
 {
-	if (catalog == NULL || !OidIsValid(relid) ||
-		relid == catalog->jobs || relid == catalog->attempts ||
-		relid == catalog->operations || relid == catalog->certifications)
-	{
+	if (!OidIsValid(relid))
 		catalog_valid = false;
-		catalog_invalidations++;
-	}
+	for (int i = 0; i < WATCHED_TABLES; i++)
+		if (relid == watched[i])
+			catalog_valid = false;
 }
 
 /*
- * compile_rules: a table's column domains and CHECK constraints, compiled
- * once into long-lived memory (what ExecConstraints redoes per statement).
+ * compile_rules: a table's column defaults, column domains and CHECK
+ * constraints, compiled into the catalog's long-lived memory.
  */
 static void
 compile_rules(Relation rel, TableRules *rules)
@@ -201,14 +248,21 @@ compile_rules(Relation rel, TableRules *rules)
 	TupleConstr *constr = desc->constr;
 
 	rules->natts = desc->natts;
+	rules->default_state = palloc0(sizeof(ExprState *) * desc->natts);
 	rules->domain_type = palloc0(sizeof(Oid) * desc->natts);
 	rules->domain_cache = palloc0(sizeof(void *) * desc->natts);
 	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Node	   *def;
 
-		if (!att->attisdropped && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+		if (att->attisdropped)
+			continue;
+		if (get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
 			rules->domain_type[i] = att->atttypid;
+		def = build_column_default(rel, i + 1);
+		if (def != NULL)
+			rules->default_state[i] = ExecInitExpr(expression_planner((Expr *) def), NULL);
 	}
 	rules->ncheck = constr ? constr->num_check : 0;
 	rules->check_state = palloc0(sizeof(ExprState *) * Max(rules->ncheck, 1));
@@ -223,50 +277,95 @@ compile_rules(Relation rel, TableRules *rules)
 }
 
 /*
- * has_foreign_code: does the table have a trigger jobguard did not create
- * (the foreign key's are internal), a rule, or forced row security?  Then
+ * is_job_foreign_key: is this the constraint attempts (job_id) REFERENCES
+ * jobs (id), whose triggers rows.c stands in for?
+ */
+static bool
+is_job_foreign_key(Oid constraint, Oid attempts, Oid jobs, AttrNumber job_id)
+{
+	HeapTuple	tuple = SearchSysCache1(CONSTROID, ObjectIdGetDatum(constraint));
+	bool		match = false;
+
+	if (HeapTupleIsValid(tuple))
+	{
+		Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tuple);
+		bool		isnull;
+		Datum		conkey = SysCacheGetAttr(CONSTROID, tuple,
+											 Anum_pg_constraint_conkey, &isnull);
+
+		if (con->contype == CONSTRAINT_FOREIGN && con->conrelid == attempts &&
+			con->confrelid == jobs && !isnull)
+		{
+			ArrayType  *keys = DatumGetArrayTypeP(conkey);
+
+			match = ARR_NDIM(keys) == 1 && ARR_DIMS(keys)[0] == 1 &&
+				((int16 *) ARR_DATA_PTR(keys))[0] == job_id;
+		}
+		ReleaseSysCache(tuple);
+	}
+	return match;
+}
+
+/*
+ * has_foreign_code: does the table have a trigger other than those of the
+ * attempts → jobs foreign key, a rule, or forced row security?  Then its
  * writes must go through the executor.
  */
 static bool
-has_foreign_code(Relation rel)
+has_foreign_code(Relation rel, const RowsCatalog *cat)
 {
 	if (rel->rd_rules != NULL ||
 		(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity))
 		return true;
 	if (rel->trigdesc != NULL)
 		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
-			if (!rel->trigdesc->triggers[i].tgisinternal)
+		{
+			Trigger    *trigger = &rel->trigdesc->triggers[i];
+
+			if (!trigger->tgisinternal ||
+				!is_job_foreign_key(trigger->tgconstraint, cat->attempts, cat->jobs,
+									cat->attempt_att[ATT_JOB_ID]))
 				return true;
+		}
 	return false;
 }
 
 /*
  * find_columns: the attribute numbers of the named columns; false when one
- * is missing or the table has a column this file does not know of (whose
- * default it would skip).
+ * is missing or of another base type, when a column is generated, or when
+ * the table has a column this file does not know of.
  */
 static bool
-find_columns(Relation rel, const char *const *names, int count, AttrNumber *atts)
+find_columns(Relation rel, const KnownColumn *columns, int count, AttrNumber *atts)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
 	int			live = 0;
 
 	for (int i = 0; i < desc->natts; i++)
-		if (!TupleDescAttr(desc, i)->attisdropped)
-			live++;
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		if (att->attgenerated != '\0')
+			return false;
+		live++;
+	}
 	for (int i = 0; i < count; i++)
 	{
-		atts[i] = get_attnum(RelationGetRelid(rel), names[i]);
-		if (atts[i] == InvalidAttrNumber)
+		atts[i] = get_attnum(RelationGetRelid(rel), columns[i].name);
+		if (atts[i] == InvalidAttrNumber ||
+			getBaseType(TupleDescAttr(desc, atts[i] - 1)->atttypid) != columns[i].base_type)
 			return false;
 	}
 	return live == count;
 }
 
 /*
- * index_on: the OID of the table's index whose key columns are exactly the
- * given attributes (in order) and which has no predicate; InvalidOid if
- * none.  Finds the unique indexes by what they index, not by name.
+ * index_on: the OID of the table's valid unique index whose key columns
+ * are exactly the given attributes (in order), with no predicate or
+ * expression; InvalidOid if none.  Finds indexes by what they index, not
+ * by name.
  */
 static Oid
 index_on(Relation rel, int nkeys, const AttrNumber *atts)
@@ -286,7 +385,7 @@ index_on(Relation rel, int nkeys, const AttrNumber *atts)
 
 		for (int k = 0; match && k < nkeys; k++)
 			match = form->indkey.values[k] == atts[k];
-		index_close(index, AccessShareLock);
+		index_close(index, NoLock);
 		if (match)
 		{
 			found = lfirst_oid(lc);
@@ -315,11 +414,12 @@ build_catalog(RowsCatalog *cat)
 	cat->attempts = get_relname_relid("attempts", schema);
 	cat->operations = get_relname_relid("operations", schema);
 	cat->certifications = get_relname_relid("certifications", schema);
-	cat->jobs_seq = get_relname_relid("jobs_id_seq", schema);
-	cat->attempts_seq = get_relname_relid("attempts_id_seq", schema);
+	watched[0] = cat->jobs;
+	watched[1] = cat->attempts;
+	watched[2] = cat->operations;
+	watched[3] = cat->certifications;
 	if (!OidIsValid(cat->jobs) || !OidIsValid(cat->attempts) ||
-		!OidIsValid(cat->operations) || !OidIsValid(cat->certifications) ||
-		!OidIsValid(cat->jobs_seq) || !OidIsValid(cat->attempts_seq))
+		!OidIsValid(cat->operations) || !OidIsValid(cat->certifications))
 		return;
 
 	jobs = table_open(cat->jobs, AccessShareLock);
@@ -327,21 +427,12 @@ build_catalog(RowsCatalog *cat)
 	operations = table_open(cat->operations, AccessShareLock);
 	certifications = table_open(cat->certifications, AccessShareLock);
 
-	cat->usable = !has_foreign_code(jobs) && !has_foreign_code(attempts) &&
-		find_columns(jobs, job_column_names, JOB_COLUMN_COUNT, cat->job_att) &&
-		find_columns(attempts, attempt_column_names, ATT_COLUMN_COUNT, cat->attempt_att);
-	if (cat->usable)
-	{
-		cat->other_att[OP_OPERATION] = get_attnum(cat->operations, "operation");
-		cat->other_att[OP_OUTPUT_CONTRACT] = get_attnum(cat->operations, "output_contract");
-		cat->other_att[OP_CONTRACT_VERSION] = get_attnum(cat->operations, "contract_version");
-		cat->other_att[CERT_OPERATION] = get_attnum(cat->certifications, "operation");
-		cat->other_att[CERT_PROVIDER] = get_attnum(cat->certifications, "provider");
-		cat->other_att[CERT_REVOKED_AT] = get_attnum(cat->certifications, "revoked_at");
-		for (int i = 0; i < OTHER_COLUMN_COUNT; i++)
-			if (cat->other_att[i] == InvalidAttrNumber)
-				cat->usable = false;
-	}
+	cat->usable =
+		find_columns(jobs, job_columns, JOB_COLUMN_COUNT, cat->job_att) &&
+		find_columns(attempts, attempt_columns, ATT_COLUMN_COUNT, cat->attempt_att) &&
+		find_columns(operations, operation_columns, OP_COLUMN_COUNT, cat->op_att) &&
+		find_columns(certifications, certification_columns, CERT_COLUMN_COUNT, cat->cert_att) &&
+		!has_foreign_code(jobs, cat) && !has_foreign_code(attempts, cat);
 	if (cat->usable)
 	{
 		keys[0] = cat->job_att[JOB_ID];
@@ -354,10 +445,10 @@ build_catalog(RowsCatalog *cat)
 		keys[0] = cat->attempt_att[ATT_JOB_ID];
 		keys[1] = cat->attempt_att[ATT_ATTEMPT_NO];
 		cat->attempts_job_attempt_no = index_on(attempts, 2, keys);
-		keys[0] = cat->other_att[OP_OPERATION];
+		keys[0] = cat->op_att[OP_OPERATION];
 		cat->operations_pkey = index_on(operations, 1, keys);
-		keys[0] = cat->other_att[CERT_OPERATION];
-		keys[1] = cat->other_att[CERT_PROVIDER];
+		keys[0] = cat->cert_att[CERT_OPERATION];
+		keys[1] = cat->cert_att[CERT_PROVIDER];
 		cat->certifications_pkey = index_on(certifications, 2, keys);
 		cat->usable = OidIsValid(cat->jobs_pkey) && OidIsValid(cat->jobs_owner_key) &&
 			OidIsValid(cat->attempts_pkey) && OidIsValid(cat->attempts_job_attempt_no) &&
@@ -369,22 +460,22 @@ build_catalog(RowsCatalog *cat)
 		compile_rules(attempts, &cat->attempt_rules);
 	}
 
-	table_close(certifications, AccessShareLock);
-	table_close(operations, AccessShareLock);
-	table_close(attempts, AccessShareLock);
-	table_close(jobs, AccessShareLock);
+	table_close(certifications, NoLock);
+	table_close(operations, NoLock);
+	table_close(attempts, NoLock);
+	table_close(jobs, NoLock);
 }
 
 /*
  * current_catalog: the catalog, rebuilt first if an invalidation made it
- * stale.  The old one is freed here, between calls.
+ * stale (the old one is freed here).  An invalidation arriving while it is
+ * built leaves it marked stale; rows_usable() then builds it again.
  */
 static RowsCatalog *
 current_catalog(void)
 {
 	MemoryContext old;
 	RowsCatalog *built;
-	uint64		before = catalog_invalidations;
 
 	if (catalog_valid && catalog != NULL)
 		return catalog;
@@ -394,25 +485,88 @@ current_catalog(void)
 		callback_registered = true;
 	}
 	catalog = NULL;
+	active = NULL;
 	if (catalog_cxt != NULL)
 		MemoryContextDelete(catalog_cxt);
 	catalog_cxt = AllocSetContextCreate(CacheMemoryContext, "jobguard rows catalog",
 										ALLOCSET_SMALL_SIZES);
+	catalog_valid = true;
 	old = MemoryContextSwitchTo(catalog_cxt);
 	built = palloc(sizeof(RowsCatalog));
 	build_catalog(built);
 	MemoryContextSwitchTo(old);
-	/* an invalidation that arrived while building makes the next call rebuild */
 	catalog = built;
-	catalog_valid = (catalog_invalidations == before);
 	return catalog;
 }
 
-/* rows_usable: may store.c use the functions of this file right now? */
-bool
-rows_usable(void)
+/*
+ * lock_tables: the table locks the SQL statements of a call would take,
+ * held to the end of the transaction.  Taking a lock the transaction does
+ * not hold yet processes pending invalidations, so a catalog still valid
+ * afterwards describes the tables as they now are: nobody can change them
+ * while the locks are held.
+ */
+static void
+lock_tables(const RowsCatalog *cat, RowsCall call)
 {
-	return rows_fast_path && current_catalog()->usable;
+	switch (call)
+	{
+		case ROWS_SUBMIT:
+			LockRelationOid(cat->jobs, RowExclusiveLock);
+			break;
+		case ROWS_BEGIN:
+			LockRelationOid(cat->attempts, RowExclusiveLock);
+			LockRelationOid(cat->jobs, RowShareLock);
+			LockRelationOid(cat->certifications, AccessShareLock);
+			break;
+		case ROWS_FINISH:
+			LockRelationOid(cat->attempts, RowExclusiveLock);
+			LockRelationOid(cat->jobs, RowExclusiveLock);
+			LockRelationOid(cat->operations, AccessShareLock);
+			break;
+	}
+}
+
+/* How often rows_usable() rebuilds a catalog invalidated under it. */
+#define CATALOG_TRIES 5
+
+/*
+ * rows_usable: may store.c use the functions of this file for this call?
+ * Yes when jobguard.fast_path is on, the transaction may write (a
+ * read-only one gets the executor's error from the SQL instead), and the
+ * tables, checked under the call's locks, have nothing rows.c would skip.
+ */
+bool
+rows_usable(RowsCall call)
+{
+	active = NULL;
+	if (!rows_fast_path || XactReadOnly || IsInParallelMode())
+		return false;
+	/* this transaction's own DDL sends its invalidations now */
+	CommandCounterIncrement();
+	for (int tries = 0; tries < CATALOG_TRIES; tries++)
+	{
+		RowsCatalog *cat = current_catalog();
+
+		if (!cat->usable)
+			return false;
+		lock_tables(cat, call);
+		if (catalog_valid)
+		{
+			active = cat;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* active_catalog: the catalog rows_usable() approved for this call. */
+static RowsCatalog *
+active_catalog(void)
+{
+	if (active == NULL)
+		elog(ERROR, "jobguard: fast path used without rows_usable()");
+	return active;
 }
 
 /*
@@ -514,8 +668,9 @@ col_varlena_copy(TupleTableSlot *slot, AttrNumber att, bool *isnull)
 
 /*
  * A table opened for writing: its ResultRelInfo with the indexes open, an
- * EState to evaluate index predicates and CHECK constraints in, a slot for
- * the row being written and one for rows read.
+ * EState to evaluate defaults, index predicates and CHECK constraints in,
+ * a slot for the row being written (with which columns the call assigned)
+ * and one for rows read.
  */
 typedef struct RowWriter
 {
@@ -524,6 +679,7 @@ typedef struct RowWriter
 	ResultRelInfo *rri;
 	TupleTableSlot *new_row;
 	TupleTableSlot *old_row;
+	bool	   *assigned;
 	TableRules *rules;
 } RowWriter;
 
@@ -534,6 +690,10 @@ writer_open(RowWriter *w, Oid relid, TableRules *rules, bool speculative)
 	MemoryContext old;
 
 	w->rel = table_open(relid, RowExclusiveLock);
+	/* rows_usable() checked the catalog under this lock: it cannot differ */
+	if (rules->natts != RelationGetDescr(w->rel)->natts)
+		elog(ERROR, "jobguard: cached description of \"%s\" is out of date",
+			 RelationGetRelationName(w->rel));
 	w->estate = CreateExecutorState();
 	old = MemoryContextSwitchTo(w->estate->es_query_cxt);
 	w->rri = makeNode(ResultRelInfo);
@@ -542,6 +702,7 @@ writer_open(RowWriter *w, Oid relid, TableRules *rules, bool speculative)
 	ExecOpenIndices(w->rri, speculative);
 	w->new_row = MakeSingleTupleTableSlot(RelationGetDescr(w->rel), &TTSOpsVirtual);
 	w->old_row = table_slot_create(w->rel, NULL);
+	w->assigned = palloc0(sizeof(bool) * rules->natts);
 	MemoryContextSwitchTo(old);
 	w->rules = rules;
 }
@@ -557,36 +718,84 @@ writer_close(RowWriter *w)
 	table_close(w->rel, NoLock);
 }
 
-/* new_row_start: an empty (all NULL) row in the writer's new_row slot. */
+/* new_row_start: an empty row (all NULL, nothing assigned) in new_row. */
 static void
 new_row_start(RowWriter *w)
 {
 	TupleTableSlot *slot = w->new_row;
 
 	ExecClearTuple(slot);
-	for (int i = 0; i < slot->tts_tupleDescriptor->natts; i++)
+	for (int i = 0; i < w->rules->natts; i++)
 	{
 		slot->tts_values[i] = (Datum) 0;
 		slot->tts_isnull[i] = true;
+		w->assigned[i] = false;
 	}
 }
 
-/* set: one column of the row being built. */
+/* set: assign one column of the row being built. */
 static void
 set(RowWriter *w, AttrNumber att, Datum value, bool isnull)
 {
 	w->new_row->tts_values[att - 1] = value;
 	w->new_row->tts_isnull[att - 1] = isnull;
+	w->assigned[att - 1] = true;
+}
+
+/*
+ * new_row_defaults: the table's default for every column the insert did
+ * not assign, as INSERT fills them in (the id from its sequence, version 1,
+ * now(), and whatever a column's DEFAULT says).
+ */
+static void
+new_row_defaults(RowWriter *w)
+{
+	ExprContext *econtext = GetPerTupleExprContext(w->estate);
+	TupleDesc	desc = RelationGetDescr(w->rel);
+
+	for (int i = 0; i < w->rules->natts; i++)
+	{
+		ExprState  *state = w->rules->default_state[i];
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		bool		isnull;
+		Datum		value;
+
+		if (w->assigned[i] || state == NULL)
+			continue;
+		value = ExecEvalExpr(state, econtext, &isnull);
+		/* into the query context: check_row resets per-tuple memory */
+		set(w, i + 1, isnull ? (Datum) 0 :
+			datumCopy(value, att->attbyval, att->attlen), isnull);
+	}
+}
+
+/*
+ * new_row_from_old: the updated row starts as a copy of old_row (dropped
+ * columns NULL, as UPDATE writes them); the caller then sets the changes.
+ */
+static void
+new_row_from_old(RowWriter *w)
+{
+	TupleDesc	desc = RelationGetDescr(w->rel);
+
+	new_row_start(w);
+	slot_getallattrs(w->old_row);
+	for (int i = 0; i < w->rules->natts; i++)
+		if (!TupleDescAttr(desc, i)->attisdropped)
+		{
+			w->new_row->tts_values[i] = w->old_row->tts_values[i];
+			w->new_row->tts_isnull[i] = w->old_row->tts_isnull[i];
+		}
 }
 
 /*
  * check_row: the table's own rules on the row about to be written (stored
- * in new_row), with
- * the executor's error codes and messages: NOT NULL (23502), the domains
- * of the columns (23514 from the domain), CHECK constraints (23514).
+ * in new_row), with the executor's error codes and messages: NOT NULL
+ * (23502), the domain of each column written (23514 from the domain; an
+ * UPDATE coerces only the columns it assigns), CHECK constraints (23514).
  */
 static void
-check_row(RowWriter *w)
+check_row(RowWriter *w, bool is_update)
 {
 	TupleTableSlot *slot = w->new_row;
 	TupleDesc	desc = slot->tts_tupleDescriptor;
@@ -603,7 +812,7 @@ check_row(RowWriter *w)
 					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
 							NameStr(att->attname), RelationGetRelationName(w->rel)),
 					 errtablecol(w->rel, i + 1)));
-		if (OidIsValid(rules->domain_type[i]))
+		if (OidIsValid(rules->domain_type[i]) && (!is_update || w->assigned[i]))
 			domain_check(slot->tts_values[i], slot->tts_isnull[i],
 						 rules->domain_type[i], &rules->domain_cache[i],
 						 catalog_cxt);
@@ -660,8 +869,9 @@ insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap)
 {
 	TransactionId xid = GetCurrentTransactionId();
 
+	new_row_defaults(w);
 	ExecStoreVirtualTuple(w->new_row);
-	check_row(w);
+	check_row(w, false);
 	for (;;)
 	{
 		ItemPointerData conflict;
@@ -716,15 +926,10 @@ update_if(RowWriter *w, Oid indexoid, int64 id, Snapshot snap,
 		bool		update_indexes;
 		TM_Result	result;
 
-		new_row_start(w);
-		slot_getallattrs(w->old_row);
-		memcpy(w->new_row->tts_values, w->old_row->tts_values,
-			   sizeof(Datum) * w->old_row->tts_nvalid);
-		memcpy(w->new_row->tts_isnull, w->old_row->tts_isnull,
-			   sizeof(bool) * w->old_row->tts_nvalid);
+		new_row_from_old(w);
 		change(w, arg);
 		ExecStoreVirtualTuple(w->new_row);
-		check_row(w);
+		check_row(w, true);
 
 		result = table_tuple_update(w->rel, &tid, w->new_row, cid, snap,
 									InvalidSnapshot, true, &tmfd,
@@ -775,20 +980,20 @@ now_timestamp(void)
 }
 
 /*
- * rows_insert_job: store_insert_job() without SQL.  The id is drawn only
- * when the key is new (the pre-check found no conflict).
+ * rows_insert_job: store_insert_job() without SQL: INSERT ... ON CONFLICT
+ * (owner_id, idempotency_key) DO NOTHING.  As in SQL, the id is drawn from
+ * the sequence before the conflict check, so a replay leaves a gap.
  */
 bool
 rows_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
 				Datum params, Datum provider,
 				Datum max_attempts, bool max_attempts_null, int64 *job_id)
 {
-	RowsCatalog *cat = current_catalog();
+	RowsCatalog *cat = active_catalog();
 	const AttrNumber *a = cat->job_att;
 	RowWriter	w;
 	Snapshot	snap = begin_statement();
 	List	   *arbiters = list_make1_oid(cat->jobs_owner_key);
-	int64		id;
 	bool		inserted;
 
 	writer_open(&w, cat->jobs, &cat->job_rules, true);
@@ -799,15 +1004,12 @@ rows_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
 	set(&w, a[JOB_PARAMS], params, false);
 	set(&w, a[JOB_PROVIDER], provider, false);
 	set(&w, a[JOB_MAX_ATTEMPTS], max_attempts, max_attempts_null);
-	set(&w, a[JOB_VERSION], Int64GetDatum(1), false);
-	set(&w, a[JOB_CREATED_AT], now_timestamp(), false);
-	id = nextval_internal(cat->jobs_seq, false);
-	set(&w, a[JOB_ID], Int64GetDatum(id), false);
+	/* id, version and created_at: the columns' defaults, as in SQL */
 	inserted = insert_unless_conflict(&w, arbiters, snap);
+	if (inserted)
+		*job_id = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
 	writer_close(&w);
 	end_statement();
-	if (inserted)
-		*job_id = id;
 	return inserted;
 }
 
@@ -820,7 +1022,7 @@ rows_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
 			   Datum params, Datum provider,
 			   Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
 {
-	RowsCatalog *cat = current_catalog();
+	RowsCatalog *cat = active_catalog();
 	const AttrNumber *a = cat->job_att;
 	Snapshot	snap = begin_statement();
 	Relation	jobs = table_open(cat->jobs, AccessShareLock);
@@ -851,7 +1053,7 @@ rows_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
 			(!max_attempts_null && DatumGetInt32(stored_max) == DatumGetInt32(max_attempts));
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	table_close(jobs, AccessShareLock);
+	table_close(jobs, NoLock);
 	end_statement();
 	return found;
 }
@@ -925,11 +1127,11 @@ is_certified(RowsCatalog *cat, const char *operation, const char *provider,
 	if (fetch_by_key(certs, cat->certifications_pkey, 2, key, procs,
 					 ForwardScanDirection, snap, slot))
 	{
-		(void) col(slot, cat->other_att[CERT_REVOKED_AT], &isnull);
+		(void) col(slot, cat->cert_att[CERT_REVOKED_AT], &isnull);
 		certified = isnull;
 	}
 	ExecDropSingleTupleTableSlot(slot);
-	table_close(certs, AccessShareLock);
+	table_close(certs, NoLock);
 	return certified;
 }
 
@@ -985,7 +1187,7 @@ int64
 rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
 				   Datum timeout, Datum attempt_key, bool attempt_key_null)
 {
-	RowsCatalog *cat = current_catalog();
+	RowsCatalog *cat = active_catalog();
 	const AttrNumber *a = cat->attempt_att;
 	Snapshot	snap = begin_statement();
 	Relation	jobs = table_open(cat->jobs, RowShareLock);
@@ -1031,10 +1233,9 @@ rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
 			set(&w, a[ATT_ATTEMPT_KEY], attempt_key, attempt_key_null);
 			set(&w, a[ATT_STARTED_AT], now, false);
 			set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, timeout), false);
-			id = nextval_internal(cat->attempts_seq, false);
-			set(&w, a[ATT_ID], Int64GetDatum(id), false);
-			if (!insert_unless_conflict(&w, NIL, snap))
-				id = 0;
+			/* id: the column's default, as in SQL */
+			if (insert_unless_conflict(&w, NIL, snap))
+				id = DatumGetInt64(w.new_row->tts_values[a[ATT_ID] - 1]);
 		}
 	}
 	writer_close(&w);
@@ -1051,7 +1252,7 @@ rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
 bool
 rows_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
 {
-	RowsCatalog *cat = current_catalog();
+	RowsCatalog *cat = active_catalog();
 	Snapshot	snap = begin_statement();
 	Relation	attempts = table_open(cat->attempts, AccessShareLock);
 	Relation	jobs = table_open(cat->jobs, AccessShareLock);
@@ -1085,17 +1286,17 @@ rows_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
 							 ForwardScanDirection, snap, op_slot))
 			{
 				job->has_contract = true;
-				job->contract_version = col_int64(op_slot, cat->other_att[OP_CONTRACT_VERSION], &isnull);
-				job->contract = col_varlena_copy(op_slot, cat->other_att[OP_OUTPUT_CONTRACT], &isnull);
+				job->contract_version = col_int64(op_slot, cat->op_att[OP_CONTRACT_VERSION], &isnull);
+				job->contract = col_varlena_copy(op_slot, cat->op_att[OP_OUTPUT_CONTRACT], &isnull);
 			}
 		}
 	}
 	ExecDropSingleTupleTableSlot(op_slot);
 	ExecDropSingleTupleTableSlot(job_slot);
 	ExecDropSingleTupleTableSlot(attempt_slot);
-	table_close(operations, AccessShareLock);
-	table_close(jobs, AccessShareLock);
-	table_close(attempts, AccessShareLock);
+	table_close(operations, NoLock);
+	table_close(jobs, NoLock);
+	table_close(attempts, NoLock);
 	end_statement();
 	return found;
 }
@@ -1171,7 +1372,7 @@ swap_change(RowWriter *w, void *arg)
 ClaimOutcome
 rows_claim_and_swap(const AttemptRow *attempt, Datum result)
 {
-	RowsCatalog *cat = current_catalog();
+	RowsCatalog *cat = active_catalog();
 	Snapshot	snap = begin_statement();
 	ClaimArgs	args = {cat, attempt, result, now_timestamp()};
 	RowWriter	w;

@@ -615,7 +615,7 @@ store_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' '};
 	bool		isnull;
 
-	if (rows_usable())
+	if (rows_usable(ROWS_SUBMIT))
 		return rows_insert_job(owner_id, idempotency_key, operation, params,
 							   provider, max_attempts, max_attempts_null, job_id);
 	if (run(STMT_INSERT_JOB, values, nulls) == 0)
@@ -639,7 +639,7 @@ store_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
 	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' '};
 	bool		isnull;
 
-	if (rows_usable())
+	if (rows_usable(ROWS_SUBMIT))
 		return rows_match_job(owner_id, idempotency_key, operation, params,
 							  provider, max_attempts, max_attempts_null, match);
 	if (run(STMT_MATCH_JOB, values, nulls) == 0)
@@ -700,7 +700,7 @@ store_begin_attempt(int64 job_id, Datum provider, bool provider_null,
 	char		nulls[4] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' '};
 	bool		isnull;
 
-	if (rows_usable())
+	if (rows_usable(ROWS_BEGIN))
 		return rows_begin_attempt(job_id, provider, provider_null, timeout,
 								  attempt_key, attempt_key_null);
 	if (run(STMT_BEGIN_ATTEMPT, values, nulls) == 0)
@@ -754,7 +754,7 @@ store_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
 {
 	Datum		values[1] = {Int64GetDatum(attempt_id)};
 
-	if (rows_usable())
+	if (rows_usable(ROWS_FINISH))
 		return rows_read_for_finish(attempt_id, attempt, job);
 	if (run(STMT_READ_FOR_FINISH, values, NULL) == 0)
 		return false;
@@ -778,7 +778,7 @@ store_claim_and_swap(const AttemptRow *attempt, Datum result)
 	CStringGetTextDatum(attempt_state_name(attempt->stored_state))};
 	bool		isnull;
 
-	if (rows_usable())
+	if (rows_usable(ROWS_FINISH))
 		return rows_claim_and_swap(attempt, result);
 	run(STMT_CLAIM_AND_SWAP, values, NULL);
 	if (column_int64(1, &isnull) == 0)
