@@ -373,6 +373,13 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION jobguard.stats_reset() IS 'set this database''s jobguard event counters back to zero';
 
+CREATE FUNCTION jobguard.fast_path_status()
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_fast_path_status'
+LANGUAGE C VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION jobguard.fast_path_status() IS 'on, or off and why: whether submit, begin_attempt and finish_attempt write their rows directly (see jobguard.fast_path)';
+
 ---------------------------------------------------------------------------
 -- Sharding: ids that name their shard.
 ---------------------------------------------------------------------------
@@ -581,7 +588,8 @@ BEGIN
 	EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.attempt_state(text, timestamptz),'
 				   ' jobguard.job_state(bigint), jobguard.job(bigint), jobguard.attempts_of(bigint),'
 				   ' jobguard.check_result(text, jsonb), jobguard.check_invariants(),'
-				   ' jobguard.await(bigint, interval), jobguard.stats() TO %I', role);
+				   ' jobguard.await(bigint, interval), jobguard.stats(),'
+				   ' jobguard.fast_path_status() TO %I', role);
 END
 $$;
 

@@ -4,7 +4,8 @@
 #
 #   (a) scale   submit_new and lifecycle with 5 million jobs (each with its
 #               succeeded attempt) already stored, against an empty table,
-#               alternating the two databases; plus the plans of the hot
+#               alternating the two databases; plus the scans the fast path
+#               adds (pg_stat_user_tables) and the plans of the SQL path's
 #               statements (auto_explain of one submit, begin and finish)
 #   (b) bloat   after 1 million lifecycles: bytes per job of table and
 #               indexes, and how many finishing UPDATEs were HOT
@@ -35,6 +36,7 @@ say "# jobguard growth benchmark"
 say ""
 say "- machine: $MACHINE"
 say "- shared_buffers 512MB, fsync on, synchronous_commit off, pgbench -M prepared"
+say "- jobguard fast path: $(PGDATABASE=jg_big sql -c "SELECT jobguard.fast_path_status()")"
 
 # ------------------------------------------------------------ (a) scale
 
@@ -106,11 +108,44 @@ awk -F'\t' '
 		}
 	}' "$SRAW" | sort -n | cut -d'|' -f2- | sed 's/^/|/' | tee -a "$OUT/growth-report.md"
 
-# The plans of the hot statements, as the extension runs them, in the big
+# The fast path (src/rows.c) runs no SQL: it reads and writes through the
+# tables' unique indexes only.  Shown by the server's own counters: one
+# lifecycle and one replayed submit in the big database, and the sequential
+# and index scans of jobs and attempts they added (a backend flushes its
+# counters when it exits).
+scan_counts() {
+	PGDATABASE=jg_big psql -X -At -c "SELECT sum(seq_scan), sum(idx_scan)
+		FROM pg_stat_user_tables
+		WHERE schemaname = 'jobguard' AND relname IN ('jobs', 'attempts')"
+}
+counts_before=$(scan_counts)
+PGDATABASE=jg_big psql -X -q -v ON_ERROR_STOP=1 >/dev/null <<EOF
+SELECT job_id AS jid FROM jobguard.submit('fast', 'k1', 'charge', '$PAYLOAD', 'stripe') \gset
+SELECT jobguard.submit('fast', 'k1', 'charge', '$PAYLOAD', 'stripe');
+SELECT jobguard.begin_attempt(:jid) AS aid \gset
+SELECT jobguard.finish_attempt(:aid, '$RESULT');
+EOF
+sleep 1
+counts_after=$(scan_counts)
+seq_added=$(( ${counts_after%|*} - ${counts_before%|*} ))
+idx_added=$(( ${counts_after#*|} - ${counts_before#*|} ))
+section "Scans of the fast path ($GROWTH_JOBS jobs stored)"
+say "One submit, one replayed submit, one begin and one finish added $seq_added sequential and $idx_added index scans of jobs and attempts (pg_stat_user_tables)."
+if [ "$seq_added" -eq 0 ] && [ "$idx_added" -gt 0 ]; then
+	say ""
+	say "PASS: the fast path reaches jobs and attempts through indexes only."
+else
+	say ""
+	say "FAIL: the fast path scanned a whole table."
+fi
+
+# The plans of the SQL statements that stand in for the fast path (when a
+# user has added a trigger, or jobguard.fast_path is off), in the big
 # database: auto_explain of nested statements for one lifecycle and one
 # replayed submit.
 PLANS=$OUT/growth-plans.txt
 PGDATABASE=jg_big psql -X -q -v ON_ERROR_STOP=1 >/dev/null 2>"$PLANS" <<EOF
+SET jobguard.fast_path = off;
 LOAD 'auto_explain';
 SET auto_explain.log_min_duration = 0;
 SET auto_explain.log_nested_statements = on;
@@ -121,7 +156,7 @@ SELECT jobguard.submit('plans', 'k1', 'charge', '$PAYLOAD', 'stripe');
 SELECT jobguard.begin_attempt(:jid) AS aid \gset
 SELECT jobguard.finish_attempt(:aid, '$RESULT');
 EOF
-section "Plans of the hot statements (auto_explain, $GROWTH_JOBS jobs stored)"
+section "Plans of the SQL path's hot statements (jobguard.fast_path = off; auto_explain, $GROWTH_JOBS jobs stored)"
 say "| statement run by jobguard | plan nodes touching tables |"
 say "|---|---|"
 awk '

@@ -6,6 +6,9 @@
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
 	RESTART IDENTITY;
 \i sql/include/helpers.sql
+-- this file is about the fast path: on here even when the suites run with it off
+SET jobguard.fast_path = on;
+SELECT jobguard.fast_path_status();
 
 -- the rows a lifecycle writes: every column, defaults included
 SELECT * FROM jobguard.submit('alice', 'k1', 'charge', '{"amount": 1}', 'stripe', 3);
@@ -22,10 +25,11 @@ SELECT id, job_id, attempt_no, provider, state, read_version, attempt_key,
 
 -- the same lifecycle through the SQL statements gives the same rows
 SET jobguard.fast_path = off;
+SELECT jobguard.fast_path_status();
 SELECT * FROM jobguard.submit('alice', 'k2', 'charge', '{"amount": 1}', 'stripe', 3);
 SELECT jobguard.begin_attempt(2, NULL, '30 seconds', 'w-1');
 SELECT jobguard.finish_attempt(2, '{"id": "ch_1"}');
-RESET jobguard.fast_path;
+SET jobguard.fast_path = on;
 SELECT count(DISTINCT (j.operation, j.params, j.provider, j.max_attempts, j.version,
 					   j.result, a.state, a.read_version, a.attempt_key,
 					   a.deadline - a.started_at)) AS distinct_lifecycles
@@ -40,10 +44,12 @@ BEGIN
 END $$;
 CREATE TRIGGER log_submit AFTER INSERT ON jobguard.jobs
 	FOR EACH ROW EXECUTE FUNCTION log_submit();
+SELECT jobguard.fast_path_status();
 SELECT job_id, created FROM jobguard.submit('bob', 'k1', 'charge', '{}', 'stripe');
 SELECT job_id, created FROM jobguard.submit('bob', 'k1', 'charge', '{}', 'stripe');
 SELECT * FROM submitted_log;
 DROP TRIGGER log_submit ON jobguard.jobs;
+SELECT jobguard.fast_path_status();
 SELECT job_id, created FROM jobguard.submit('bob', 'k2', 'charge', '{}', 'stripe');
 SELECT count(*) AS logged FROM submitted_log;
 
@@ -54,7 +60,7 @@ ALTER TABLE jobguard.jobs ADD CONSTRAINT params_have_amount
 SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('carol', 'k1', 'charge', '{}', 'stripe')$$);
 SET jobguard.fast_path = off;
 SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('carol', 'k1', 'charge', '{}', 'stripe')$$);
-RESET jobguard.fast_path;
+SET jobguard.fast_path = on;
 SELECT job_id, created FROM jobguard.submit('carol', 'k1', 'charge', '{"amount": 5}', 'stripe');
 SELECT count(*) AS carol_jobs FROM jobguard.jobs WHERE owner_id = 'carol';
 ALTER TABLE jobguard.jobs DROP CONSTRAINT params_have_amount;
@@ -71,11 +77,13 @@ ALTER TABLE jobguard.jobs DROP CONSTRAINT results_are_objects;
 -- a column added to a table the fast path does not know: SQL takes over,
 -- so the column's default is filled in
 ALTER TABLE jobguard.attempts ADD COLUMN region text DEFAULT 'eu';
+SELECT jobguard.fast_path_status();
 SELECT job_id AS dave_job FROM jobguard.submit('dave', 'k1', 'charge', '{"amount": 7}', 'stripe') \gset
 SELECT jobguard.begin_attempt(:dave_job) AS dave_attempt \gset
 SELECT job_id = :dave_job AS of_dave_job, region FROM jobguard.attempts WHERE id = :dave_attempt;
 ALTER TABLE jobguard.attempts DROP COLUMN region;
 -- with the column dropped again, the fast path is back
+SELECT jobguard.fast_path_status();
 SELECT jobguard.finish_attempt(:dave_attempt, '{"id": "ch_7"}');
 SELECT jobguard.job_state(:dave_job);
 
@@ -88,6 +96,7 @@ ALTER TABLE jobguard.jobs ALTER created_at SET DEFAULT pg_catalog.now();
 
 -- a read-only transaction cannot write through either path
 BEGIN READ ONLY;
+SELECT jobguard.fast_path_status();
 SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('erin', 'k2', 'charge', '{"amount": 1}', 'stripe')$$);
 COMMIT;
 SELECT count(*) AS erin_jobs FROM jobguard.jobs WHERE owner_id = 'erin';

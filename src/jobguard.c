@@ -76,6 +76,7 @@ PG_FUNCTION_INFO_V1(jobguard_await);
 PG_FUNCTION_INFO_V1(jobguard_purge);
 PG_FUNCTION_INFO_V1(jobguard_stats);
 PG_FUNCTION_INFO_V1(jobguard_stats_reset);
+PG_FUNCTION_INFO_V1(jobguard_fast_path_status);
 
 void		_PG_init(void);
 
@@ -1005,4 +1006,20 @@ jobguard_stats_reset(PG_FUNCTION_ARGS)
 {
 	stats_reset();
 	PG_RETURN_VOID();
+}
+
+/*
+ * jobguard.fast_path_status() -> 'on' | 'off: <why>'
+ *
+ * Whether submit, begin_attempt and finish_attempt would write their rows
+ * directly right now, and if not, why (a trigger someone added, the
+ * setting, a read-only transaction).  Either way the answers are the same;
+ * off is slower.
+ */
+Datum
+jobguard_fast_path_status(PG_FUNCTION_ARGS)
+{
+	const char *reason = rows_unusable_reason();
+
+	PG_RETURN_DATUM(text_result(reason == NULL ? "on" : psprintf("off: %s", reason)));
 }

@@ -200,6 +200,7 @@ typedef enum RowsCall
 } RowsCall;
 
 extern bool rows_usable(RowsCall call);
+extern const char *rows_unusable_reason(void);
 extern bool rows_insert_job(Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,

@@ -189,6 +189,7 @@ typedef struct TableRules
 typedef struct RowsCatalog
 {
 	bool		usable;			/* false: store.c must run its SQL */
+	const char *unusable_reason;	/* why not, for fast_path_status() */
 	Oid			jobs;
 	Oid			attempts;
 	Oid			operations;
@@ -307,16 +308,19 @@ is_job_foreign_key(Oid constraint, Oid attempts, Oid jobs, AttrNumber job_id)
 }
 
 /*
- * has_foreign_code: does the table have a trigger other than those of the
- * attempts → jobs foreign key, a rule, or forced row security?  Then its
- * writes must go through the executor.
+ * foreign_code: why the table's writes must go through the executor — a
+ * trigger other than those of the attempts → jobs foreign key, a rule, or
+ * forced row security — or NULL when nothing there would be skipped.
  */
-static bool
-has_foreign_code(Relation rel, const RowsCatalog *cat)
+static const char *
+foreign_code(Relation rel, const RowsCatalog *cat)
 {
-	if (rel->rd_rules != NULL ||
-		(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity))
-		return true;
+	const char *name = RelationGetRelationName(rel);
+
+	if (rel->rd_rules != NULL)
+		return psprintf("table jobguard.%s has a rule", name);
+	if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
+		return psprintf("table jobguard.%s forces row level security", name);
 	if (rel->trigdesc != NULL)
 		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
 		{
@@ -325,20 +329,24 @@ has_foreign_code(Relation rel, const RowsCatalog *cat)
 			if (!trigger->tgisinternal ||
 				!is_job_foreign_key(trigger->tgconstraint, cat->attempts, cat->jobs,
 									cat->attempt_att[ATT_JOB_ID]))
-				return true;
+				return psprintf("table jobguard.%s has trigger \"%s\"", name,
+								trigger->tgname);
 		}
-	return false;
+	return NULL;
 }
 
 /*
- * find_columns: the attribute numbers of the named columns; false when one
- * is missing or of another base type, when a column is generated, or when
- * the table has a column this file does not know of.
+ * column_problem: find the attribute numbers of the named columns, or say
+ * why the table does not fit this file: a column missing or of another
+ * base type; and for a table rows.c writes (all_known), a generated column
+ * or one this file does not know of (whose default it would miss).
  */
-static bool
-find_columns(Relation rel, const KnownColumn *columns, int count, AttrNumber *atts)
+static const char *
+column_problem(Relation rel, const KnownColumn *columns, int count,
+			   AttrNumber *atts, bool all_known)
 {
 	TupleDesc	desc = RelationGetDescr(rel);
+	const char *name = RelationGetRelationName(rel);
 	int			live = 0;
 
 	for (int i = 0; i < desc->natts; i++)
@@ -347,18 +355,23 @@ find_columns(Relation rel, const KnownColumn *columns, int count, AttrNumber *at
 
 		if (att->attisdropped)
 			continue;
-		if (att->attgenerated != '\0')
-			return false;
+		if (att->attgenerated != '\0' && all_known)
+			return psprintf("column \"%s\" of table jobguard.%s is generated",
+							NameStr(att->attname), name);
 		live++;
 	}
 	for (int i = 0; i < count; i++)
 	{
 		atts[i] = get_attnum(RelationGetRelid(rel), columns[i].name);
-		if (atts[i] == InvalidAttrNumber ||
-			getBaseType(TupleDescAttr(desc, atts[i] - 1)->atttypid) != columns[i].base_type)
-			return false;
+		if (atts[i] == InvalidAttrNumber)
+			return psprintf("table jobguard.%s has no column \"%s\"", name, columns[i].name);
+		if (getBaseType(TupleDescAttr(desc, atts[i] - 1)->atttypid) != columns[i].base_type)
+			return psprintf("column \"%s\" of table jobguard.%s has another type",
+							columns[i].name, name);
 	}
-	return live == count;
+	if (all_known && live != count)
+		return psprintf("table jobguard.%s has a column jobguard does not know", name);
+	return NULL;
 }
 
 /*
@@ -407,7 +420,10 @@ build_catalog(RowsCatalog *cat)
 				certifications;
 	AttrNumber	keys[2];
 
+	const char *problem;
+
 	memset(cat, 0, sizeof(*cat));
+	cat->unusable_reason = "jobguard is not installed in this database";
 	if (!OidIsValid(schema))
 		return;
 	cat->jobs = get_relname_relid("jobs", schema);
@@ -427,12 +443,22 @@ build_catalog(RowsCatalog *cat)
 	operations = table_open(cat->operations, AccessShareLock);
 	certifications = table_open(cat->certifications, AccessShareLock);
 
-	cat->usable =
-		find_columns(jobs, job_columns, JOB_COLUMN_COUNT, cat->job_att) &&
-		find_columns(attempts, attempt_columns, ATT_COLUMN_COUNT, cat->attempt_att) &&
-		find_columns(operations, operation_columns, OP_COLUMN_COUNT, cat->op_att) &&
-		find_columns(certifications, certification_columns, CERT_COLUMN_COUNT, cat->cert_att) &&
-		!has_foreign_code(jobs, cat) && !has_foreign_code(attempts, cat);
+	problem = column_problem(jobs, job_columns, JOB_COLUMN_COUNT, cat->job_att, true);
+	if (problem == NULL)
+		problem = column_problem(attempts, attempt_columns, ATT_COLUMN_COUNT,
+								 cat->attempt_att, true);
+	if (problem == NULL)
+		problem = column_problem(operations, operation_columns, OP_COLUMN_COUNT,
+								 cat->op_att, false);
+	if (problem == NULL)
+		problem = column_problem(certifications, certification_columns,
+								 CERT_COLUMN_COUNT, cat->cert_att, false);
+	if (problem == NULL)
+		problem = foreign_code(jobs, cat);
+	if (problem == NULL)
+		problem = foreign_code(attempts, cat);
+	cat->usable = (problem == NULL);
+	cat->unusable_reason = problem;
 	if (cat->usable)
 	{
 		keys[0] = cat->job_att[JOB_ID];
@@ -453,6 +479,8 @@ build_catalog(RowsCatalog *cat)
 		cat->usable = OidIsValid(cat->jobs_pkey) && OidIsValid(cat->jobs_owner_key) &&
 			OidIsValid(cat->attempts_pkey) && OidIsValid(cat->attempts_job_attempt_no) &&
 			OidIsValid(cat->operations_pkey) && OidIsValid(cat->certifications_pkey);
+		if (!cat->usable)
+			cat->unusable_reason = "a unique index of jobguard's tables is missing";
 	}
 	if (cat->usable)
 	{
@@ -558,6 +586,33 @@ rows_usable(RowsCall call)
 		}
 	}
 	return false;
+}
+
+/*
+ * rows_unusable_reason: why calls would not use the fast path now, or NULL
+ * when they would; for jobguard.fast_path_status().  The tables are locked
+ * for reading first, so a change committed before is seen.
+ */
+const char *
+rows_unusable_reason(void)
+{
+	if (!rows_fast_path)
+		return "jobguard.fast_path is off";
+	if (XactReadOnly)
+		return "the transaction is read-only";
+	CommandCounterIncrement();
+	for (int tries = 0; tries < CATALOG_TRIES; tries++)
+	{
+		RowsCatalog *cat = current_catalog();
+
+		if (!cat->usable)
+			return pstrdup(cat->unusable_reason);
+		for (int i = 0; i < WATCHED_TABLES; i++)
+			LockRelationOid(watched[i], AccessShareLock);
+		if (catalog_valid)
+			return NULL;
+	}
+	return "jobguard's tables keep changing";
 }
 
 /* active_catalog: the catalog rows_usable() approved for this call. */
