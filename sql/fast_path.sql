@@ -87,6 +87,28 @@ SELECT jobguard.fast_path_status();
 SELECT jobguard.finish_attempt(:dave_attempt, '{"id": "ch_7"}');
 SELECT jobguard.job_state(:dave_job);
 
+-- a CHECK reading the whole row, or tableoid, works call after call
+CREATE FUNCTION public.job_has_params(j jobguard.jobs) RETURNS boolean
+LANGUAGE plpgsql AS $$ BEGIN RETURN j.params IS NOT NULL; END $$;
+ALTER TABLE jobguard.jobs ADD CONSTRAINT whole_row CHECK (public.job_has_params(jobs)) NOT VALID;
+ALTER TABLE jobguard.jobs ADD CONSTRAINT right_table CHECK (tableoid = 'jobguard.jobs'::regclass) NOT VALID;
+SELECT g, s.created
+  FROM generate_series(1, 3) g,
+	   LATERAL jobguard.submit('frank', 'k' || g, 'charge', '{"amount": 1}', 'stripe') s;
+ALTER TABLE jobguard.jobs DROP CONSTRAINT whole_row, DROP CONSTRAINT right_table;
+DROP FUNCTION public.job_has_params(jobguard.jobs);
+
+-- a function a CHECK calls is replaced: the next call uses the new one
+CREATE FUNCTION public.params_ok(p jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$ SELECT true $$;
+ALTER TABLE jobguard.jobs ADD CONSTRAINT params_ok CHECK (public.params_ok(params)) NOT VALID;
+SELECT created FROM jobguard.submit('frank', 'k4', 'charge', '{}', 'stripe');
+CREATE OR REPLACE FUNCTION public.params_ok(p jsonb) RETURNS boolean
+LANGUAGE sql IMMUTABLE AS $$ SELECT p ? 'amount' $$;
+SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('frank', 'k5', 'charge', '{}', 'stripe')$$);
+ALTER TABLE jobguard.jobs DROP CONSTRAINT params_ok;
+DROP FUNCTION public.params_ok(jsonb);
+
 -- defaults come from the table, as INSERT takes them
 ALTER TABLE jobguard.jobs ALTER created_at SET DEFAULT '2001-02-03 04:05:06+00';
 SELECT job_id AS erin_job FROM jobguard.submit('erin', 'k1', 'charge', '{"amount": 1}', 'stripe') \gset

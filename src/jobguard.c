@@ -1019,7 +1019,13 @@ jobguard_stats_reset(PG_FUNCTION_ARGS)
 Datum
 jobguard_fast_path_status(PG_FUNCTION_ARGS)
 {
-	const char *reason = rows_unusable_reason();
+	const char *reason;
+	char	   *status;
 
-	PG_RETURN_DATUM(text_result(reason == NULL ? "on" : psprintf("off: %s", reason)));
+	/* as the tables' owner, who compiles their rules for every call */
+	store_connect();
+	reason = rows_unusable_reason();
+	status = store_keep_string(reason == NULL ? "on" : psprintf("off: %s", reason));
+	store_finish();
+	PG_RETURN_DATUM(text_result(status));
 }

@@ -178,6 +178,7 @@ typedef struct TableRules
 	int			ncheck;
 	ExprState **check_state;
 	char	  **check_name;
+	ExprContext *econtext;		/* long-lived, to evaluate the above in */
 } TableRules;
 
 /*
@@ -190,6 +191,7 @@ typedef struct RowsCatalog
 {
 	bool		usable;			/* false: store.c must run its SQL */
 	const char *unusable_reason;	/* why not, for fast_path_status() */
+	bool		incomplete;		/* a table is missing: look again next call */
 	Oid			jobs;
 	Oid			attempts;
 	Oid			operations;
@@ -211,11 +213,39 @@ typedef struct RowsCatalog
 /* The tables whose invalidation makes the catalog stale. */
 #define WATCHED_TABLES 4
 
+/*
+ * Other objects the compiled defaults and CHECK constraints depend on:
+ * relations (a default's sequence) and functions and types (a function a
+ * CHECK calls, which the planner may have inlined).  When there are more
+ * than fit, any invalidation of that kind makes the catalog stale.
+ */
+#define MAX_DEPENDENCIES 64
+
+typedef struct Dependency
+{
+	int			cache_id;		/* PROCOID or TYPEOID */
+	uint32		hash_value;
+} Dependency;
+
 static RowsCatalog *catalog = NULL;
 static MemoryContext catalog_cxt = NULL;
 static bool catalog_valid = false;
 static Oid	watched[WATCHED_TABLES];
+static Oid	dependent_relids[MAX_DEPENDENCIES];
+static int	n_dependent_relids = 0;
+static bool dependent_relids_overflow = false;
+static Dependency dependencies[MAX_DEPENDENCIES];
+static int	n_dependencies = 0;
+static bool dependencies_overflow = false;
 static bool callback_registered = false;
+
+/*
+ * How deep calls into rows.c are nested.  A write runs user code (a
+ * default, a CHECK, a domain constraint) that could call jobguard again;
+ * such a nested call takes the SQL path and never rebuilds the catalog
+ * the outer call is using.
+ */
+static int	rows_depth = 0;
 
 /*
  * The catalog rows_usable() checked under the locks of the current call;
@@ -231,11 +261,65 @@ static RowsCatalog *active = NULL;
 static void
 catalog_invalidate(Datum arg, Oid relid)
 {
-	if (!OidIsValid(relid))
+	if (!OidIsValid(relid) || dependent_relids_overflow)
 		catalog_valid = false;
 	for (int i = 0; i < WATCHED_TABLES; i++)
 		if (relid == watched[i])
 			catalog_valid = false;
+	for (int i = 0; i < n_dependent_relids; i++)
+		if (relid == dependent_relids[i])
+			catalog_valid = false;
+}
+
+/*
+ * dependency_invalidate: syscache callback for functions and types: the
+ * catalog is stale when one its compiled expressions use changed.
+ */
+static void
+dependency_invalidate(Datum arg, int cache_id, uint32 hash_value)
+{
+	if (hash_value == 0 || dependencies_overflow)
+		catalog_valid = false;
+	for (int i = 0; i < n_dependencies; i++)
+		if (dependencies[i].cache_id == cache_id &&
+			dependencies[i].hash_value == hash_value)
+			catalog_valid = false;
+}
+
+/*
+ * compile_expression: plan an expression as the executor would and
+ * compile it into the current (catalog) memory, remembering what it
+ * depends on.
+ */
+static ExprState *
+compile_expression(Expr *expr)
+{
+	List	   *relids = NIL;
+	List	   *items = NIL;
+	ListCell   *lc;
+	Expr	   *planned = expression_planner_with_deps(expr, &relids, &items);
+
+	foreach(lc, relids)
+	{
+		if (n_dependent_relids < MAX_DEPENDENCIES)
+			dependent_relids[n_dependent_relids++] = lfirst_oid(lc);
+		else
+			dependent_relids_overflow = true;
+	}
+	foreach(lc, items)
+	{
+		PlanInvalItem *item = lfirst(lc);
+
+		if (n_dependencies < MAX_DEPENDENCIES)
+		{
+			dependencies[n_dependencies].cache_id = item->cacheId;
+			dependencies[n_dependencies].hash_value = item->hashValue;
+			n_dependencies++;
+		}
+		else
+			dependencies_overflow = true;
+	}
+	return ExecInitExpr(planned, NULL);
 }
 
 /*
@@ -263,7 +347,7 @@ compile_rules(Relation rel, TableRules *rules)
 			rules->domain_type[i] = att->atttypid;
 		def = build_column_default(rel, i + 1);
 		if (def != NULL)
-			rules->default_state[i] = ExecInitExpr(expression_planner((Expr *) def), NULL);
+			rules->default_state[i] = compile_expression((Expr *) def);
 	}
 	rules->ncheck = constr ? constr->num_check : 0;
 	rules->check_state = palloc0(sizeof(ExprState *) * Max(rules->ncheck, 1));
@@ -273,8 +357,14 @@ compile_rules(Relation rel, TableRules *rules)
 		Expr	   *expr = stringToNode(constr->check[i].ccbin);
 
 		rules->check_name[i] = pstrdup(constr->check[i].ccname);
-		rules->check_state[i] = ExecInitExpr(expression_planner(expr), NULL);
+		rules->check_state[i] = compile_expression(expr);
 	}
+	/*
+	 * Evaluated in a context that lives as long as the compiled
+	 * expressions: some steps (a whole-row reference) keep what they set up
+	 * on first use in the context's per-query memory.
+	 */
+	rules->econtext = CreateStandaloneExprContext();
 }
 
 /*
@@ -282,7 +372,8 @@ compile_rules(Relation rel, TableRules *rules)
  * jobs (id), whose triggers rows.c stands in for?
  */
 static bool
-is_job_foreign_key(Oid constraint, Oid attempts, Oid jobs, AttrNumber job_id)
+is_job_foreign_key(Oid constraint, Oid attempts, Oid jobs, AttrNumber job_id,
+				   AttrNumber id)
 {
 	HeapTuple	tuple = SearchSysCache1(CONSTROID, ObjectIdGetDatum(constraint));
 	bool		match = false;
@@ -290,17 +381,23 @@ is_job_foreign_key(Oid constraint, Oid attempts, Oid jobs, AttrNumber job_id)
 	if (HeapTupleIsValid(tuple))
 	{
 		Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tuple);
-		bool		isnull;
+		bool		conkey_null;
+		bool		confkey_null;
 		Datum		conkey = SysCacheGetAttr(CONSTROID, tuple,
-											 Anum_pg_constraint_conkey, &isnull);
+											 Anum_pg_constraint_conkey, &conkey_null);
+		Datum		confkey = SysCacheGetAttr(CONSTROID, tuple,
+											  Anum_pg_constraint_confkey, &confkey_null);
 
 		if (con->contype == CONSTRAINT_FOREIGN && con->conrelid == attempts &&
-			con->confrelid == jobs && !isnull)
+			con->confrelid == jobs && !conkey_null && !confkey_null)
 		{
 			ArrayType  *keys = DatumGetArrayTypeP(conkey);
+			ArrayType  *fkeys = DatumGetArrayTypeP(confkey);
 
 			match = ARR_NDIM(keys) == 1 && ARR_DIMS(keys)[0] == 1 &&
-				((int16 *) ARR_DATA_PTR(keys))[0] == job_id;
+				((int16 *) ARR_DATA_PTR(keys))[0] == job_id &&
+				ARR_NDIM(fkeys) == 1 && ARR_DIMS(fkeys)[0] == 1 &&
+				((int16 *) ARR_DATA_PTR(fkeys))[0] == id;
 		}
 		ReleaseSysCache(tuple);
 	}
@@ -319,8 +416,8 @@ foreign_code(Relation rel, const RowsCatalog *cat)
 
 	if (rel->rd_rules != NULL)
 		return psprintf("table jobguard.%s has a rule", name);
-	if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
-		return psprintf("table jobguard.%s forces row level security", name);
+	if (rel->rd_rel->relispartition)
+		return psprintf("table jobguard.%s is a partition", name);
 	if (rel->trigdesc != NULL)
 		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
 		{
@@ -328,10 +425,23 @@ foreign_code(Relation rel, const RowsCatalog *cat)
 
 			if (!trigger->tgisinternal ||
 				!is_job_foreign_key(trigger->tgconstraint, cat->attempts, cat->jobs,
-									cat->attempt_att[ATT_JOB_ID]))
+									cat->attempt_att[ATT_JOB_ID], cat->job_att[JOB_ID]))
 				return psprintf("table jobguard.%s has trigger \"%s\"", name,
 								trigger->tgname);
 		}
+	return NULL;
+}
+
+/*
+ * forced_row_security: a table whose row level security applies even to
+ * its owner, whom the SQL statements run as: reads must go through SQL.
+ */
+static const char *
+forced_row_security(Relation rel)
+{
+	if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
+		return psprintf("table jobguard.%s forces row level security",
+						RelationGetRelationName(rel));
 	return NULL;
 }
 
@@ -392,7 +502,7 @@ index_on(Relation rel, int nkeys, const AttrNumber *atts)
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index form = index->rd_index;
 		bool		match = form->indisunique && form->indisvalid &&
-			form->indnkeyatts == nkeys &&
+			form->indimmediate && form->indnkeyatts == nkeys &&
 			RelationGetIndexPredicate(index) == NIL &&
 			RelationGetIndexExpressions(index) == NIL;
 
@@ -423,6 +533,7 @@ build_catalog(RowsCatalog *cat)
 	const char *problem;
 
 	memset(cat, 0, sizeof(*cat));
+	cat->incomplete = true;
 	cat->unusable_reason = "jobguard is not installed in this database";
 	if (!OidIsValid(schema))
 		return;
@@ -434,9 +545,13 @@ build_catalog(RowsCatalog *cat)
 	watched[1] = cat->attempts;
 	watched[2] = cat->operations;
 	watched[3] = cat->certifications;
-	if (!OidIsValid(cat->jobs) || !OidIsValid(cat->attempts) ||
-		!OidIsValid(cat->operations) || !OidIsValid(cat->certifications))
-		return;
+	for (int i = 0; i < WATCHED_TABLES; i++)
+		if (!OidIsValid(watched[i]))
+		{
+			cat->unusable_reason = "a table of jobguard is missing";
+			return;
+		}
+	cat->incomplete = false;
 
 	jobs = table_open(cat->jobs, AccessShareLock);
 	attempts = table_open(cat->attempts, AccessShareLock);
@@ -457,6 +572,14 @@ build_catalog(RowsCatalog *cat)
 		problem = foreign_code(jobs, cat);
 	if (problem == NULL)
 		problem = foreign_code(attempts, cat);
+	if (problem == NULL)
+		problem = forced_row_security(jobs);
+	if (problem == NULL)
+		problem = forced_row_security(attempts);
+	if (problem == NULL)
+		problem = forced_row_security(operations);
+	if (problem == NULL)
+		problem = forced_row_security(certifications);
 	cat->usable = (problem == NULL);
 	cat->unusable_reason = problem;
 	if (cat->usable)
@@ -507,15 +630,23 @@ current_catalog(void)
 
 	if (catalog_valid && catalog != NULL)
 		return catalog;
+	Assert(rows_depth == 0);
 	if (!callback_registered)
 	{
 		CacheRegisterRelcacheCallback(catalog_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, dependency_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(TYPEOID, dependency_invalidate, (Datum) 0);
 		callback_registered = true;
 	}
 	catalog = NULL;
 	active = NULL;
 	if (catalog_cxt != NULL)
+	{
 		MemoryContextDelete(catalog_cxt);
+		catalog_cxt = NULL;
+	}
+	n_dependent_relids = n_dependencies = 0;
+	dependent_relids_overflow = dependencies_overflow = false;
 	catalog_cxt = AllocSetContextCreate(CacheMemoryContext, "jobguard rows catalog",
 										ALLOCSET_SMALL_SIZES);
 	catalog_valid = true;
@@ -523,6 +654,9 @@ current_catalog(void)
 	built = palloc(sizeof(RowsCatalog));
 	build_catalog(built);
 	MemoryContextSwitchTo(old);
+	/* a missing table sends no invalidation when it comes back: look again */
+	if (built->incomplete)
+		catalog_valid = false;
 	catalog = built;
 	return catalog;
 }
@@ -567,6 +701,8 @@ lock_tables(const RowsCatalog *cat, RowsCall call)
 bool
 rows_usable(RowsCall call)
 {
+	if (rows_depth > 0)
+		return false;
 	active = NULL;
 	if (!rows_fast_path || XactReadOnly || IsInParallelMode())
 		return false;
@@ -600,6 +736,10 @@ rows_unusable_reason(void)
 		return "jobguard.fast_path is off";
 	if (XactReadOnly)
 		return "the transaction is read-only";
+	if (IsInParallelMode())
+		return "the call runs in parallel mode";
+	if (rows_depth > 0)
+		return "it is called from within a jobguard call";
 	CommandCounterIncrement();
 	for (int tries = 0; tries < CATALOG_TRIES; tries++)
 	{
@@ -805,7 +945,7 @@ set(RowWriter *w, AttrNumber att, Datum value, bool isnull)
 static void
 new_row_defaults(RowWriter *w)
 {
-	ExprContext *econtext = GetPerTupleExprContext(w->estate);
+	ExprContext *econtext = w->rules->econtext;
 	TupleDesc	desc = RelationGetDescr(w->rel);
 
 	for (int i = 0; i < w->rules->natts; i++)
@@ -818,10 +958,11 @@ new_row_defaults(RowWriter *w)
 		if (w->assigned[i] || state == NULL)
 			continue;
 		value = ExecEvalExpr(state, econtext, &isnull);
-		/* into the query context: check_row resets per-tuple memory */
+		/* copied into the call's memory: the evaluation's is reset below */
 		set(w, i + 1, isnull ? (Datum) 0 :
 			datumCopy(value, att->attbyval, att->attlen), isnull);
 	}
+	ResetExprContext(econtext);
 }
 
 /*
@@ -845,9 +986,11 @@ new_row_from_old(RowWriter *w)
 
 /*
  * check_row: the table's own rules on the row about to be written (stored
- * in new_row), with the executor's error codes and messages: NOT NULL
- * (23502), the domain of each column written (23514 from the domain; an
- * UPDATE coerces only the columns it assigns), CHECK constraints (23514).
+ * in new_row), in the executor's order and with its error codes and
+ * messages: the domain of each column written (23514 from the domain; an
+ * UPDATE coerces only the columns it assigns), NOT NULL (23502), CHECK
+ * constraints (23514).  (The executor's "Failing row contains" detail is
+ * not repeated.)
  */
 static void
 check_row(RowWriter *w, bool is_update)
@@ -855,8 +998,15 @@ check_row(RowWriter *w, bool is_update)
 	TupleTableSlot *slot = w->new_row;
 	TupleDesc	desc = slot->tts_tupleDescriptor;
 	TableRules *rules = w->rules;
-	ExprContext *econtext;
+	ExprContext *econtext = rules->econtext;
 
+	/* a CHECK may read tableoid, which the executor sets first */
+	slot->tts_tableOid = RelationGetRelid(w->rel);
+	for (int i = 0; i < desc->natts; i++)
+		if (OidIsValid(rules->domain_type[i]) && (!is_update || w->assigned[i]))
+			domain_check(slot->tts_values[i], slot->tts_isnull[i],
+						 rules->domain_type[i], &rules->domain_cache[i],
+						 catalog_cxt);
 	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
@@ -867,12 +1017,7 @@ check_row(RowWriter *w, bool is_update)
 					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
 							NameStr(att->attname), RelationGetRelationName(w->rel)),
 					 errtablecol(w->rel, i + 1)));
-		if (OidIsValid(rules->domain_type[i]) && (!is_update || w->assigned[i]))
-			domain_check(slot->tts_values[i], slot->tts_isnull[i],
-						 rules->domain_type[i], &rules->domain_cache[i],
-						 catalog_cxt);
 	}
-	econtext = GetPerTupleExprContext(w->estate);
 	econtext->ecxt_scantuple = slot;
 	for (int i = 0; i < rules->ncheck; i++)
 		if (!ExecCheck(rules->check_state[i], econtext))
@@ -922,8 +1067,6 @@ require_visible_conflict(RowWriter *w, ItemPointer tid, Snapshot snap)
 static bool
 insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap)
 {
-	TransactionId xid = GetCurrentTransactionId();
-
 	new_row_defaults(w);
 	ExecStoreVirtualTuple(w->new_row);
 	check_row(w, false);
@@ -940,13 +1083,14 @@ insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap)
 			require_visible_conflict(w, &conflict, snap);
 			return false;
 		}
-		token = SpeculativeInsertionLockAcquire(xid);
+		/* as in SQL, only an insert takes a transaction id, not a replay */
+		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(w->rel, w->new_row,
 									   GetCurrentCommandId(true), 0, NULL, token);
 		list_free(ExecInsertIndexTuples(w->rri, w->new_row, w->estate,
 										false, true, &spec_conflict, arbiters));
 		table_tuple_complete_speculative(w->rel, w->new_row, token, !spec_conflict);
-		SpeculativeInsertionLockRelease(xid);
+		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		if (!spec_conflict)
 			return true;
 	}
@@ -1035,14 +1179,14 @@ now_timestamp(void)
 }
 
 /*
- * rows_insert_job: store_insert_job() without SQL: INSERT ... ON CONFLICT
+ * insert_job: store_insert_job() without SQL: INSERT ... ON CONFLICT
  * (owner_id, idempotency_key) DO NOTHING.  As in SQL, the id is drawn from
  * the sequence before the conflict check, so a replay leaves a gap.
  */
-bool
-rows_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
-				Datum params, Datum provider,
-				Datum max_attempts, bool max_attempts_null, int64 *job_id)
+static bool
+insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
+		   Datum params, Datum provider,
+		   Datum max_attempts, bool max_attempts_null, int64 *job_id)
 {
 	RowsCatalog *cat = active_catalog();
 	const AttrNumber *a = cat->job_att;
@@ -1069,13 +1213,13 @@ rows_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
 }
 
 /*
- * rows_match_job: store_match_job() without SQL: the job for the key,
+ * match_job: store_match_job() without SQL: the job for the key,
  * compared with the request column by column with the types' equality.
  */
-bool
-rows_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
-			   Datum params, Datum provider,
-			   Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
+static bool
+match_job(Datum owner_id, Datum idempotency_key, Datum operation,
+		  Datum params, Datum provider,
+		  Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
 {
 	RowsCatalog *cat = active_catalog();
 	const AttrNumber *a = cat->job_att;
@@ -1232,15 +1376,15 @@ lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
 }
 
 /*
- * rows_begin_attempt: store_begin_attempt() without SQL, with the same
+ * begin_attempt: store_begin_attempt() without SQL, with the same
  * gate: the job open, its latest attempt closed, attempts left, a fallback
  * provider certified; then the insert, decided by the partial unique index
  * on open attempts when two begins race.  Returns the new attempt's id, or
  * 0 when refused.
  */
-int64
-rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
-				   Datum timeout, Datum attempt_key, bool attempt_key_null)
+static int64
+begin_attempt(int64 job_id, Datum provider, bool provider_null,
+			  Datum timeout, Datum attempt_key, bool attempt_key_null)
 {
 	RowsCatalog *cat = active_catalog();
 	const AttrNumber *a = cat->attempt_att;
@@ -1301,11 +1445,11 @@ rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
 }
 
 /*
- * rows_read_for_finish: store_read_for_finish() without SQL: the attempt,
+ * read_for_finish: store_read_for_finish() without SQL: the attempt,
  * its job and its operation's contract, in one snapshot, without locks.
  */
-bool
-rows_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
+static bool
+read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
 {
 	RowsCatalog *cat = active_catalog();
 	Snapshot	snap = begin_statement();
@@ -1418,14 +1562,14 @@ swap_change(RowWriter *w, void *arg)
 }
 
 /*
- * rows_claim_and_swap: store_claim_and_swap() without SQL, in the same
+ * claim_and_swap: store_claim_and_swap() without SQL, in the same
  * order and with the same conditions: claim the attempt if it is still in
  * the state read, then
  *   UPDATE jobs ... WHERE id = $1 AND version = $2 AND completed_by IS NULL
  * as a conditional update of the job row.
  */
-ClaimOutcome
-rows_claim_and_swap(const AttemptRow *attempt, Datum result)
+static ClaimOutcome
+claim_and_swap(const AttemptRow *attempt, Datum result)
 {
 	RowsCatalog *cat = active_catalog();
 	Snapshot	snap = begin_statement();
@@ -1447,5 +1591,83 @@ rows_claim_and_swap(const AttemptRow *attempt, Datum result)
 		writer_close(&w);
 	}
 	end_statement();
+	return outcome;
+}
+
+/*
+ * The entry points store.c calls after rows_usable() said yes: each runs
+ * its function above with rows_depth raised, so that anything called from
+ * within (user code in a default or a constraint) that comes back into
+ * jobguard takes the SQL path.
+ */
+#define ROWS_GUARDED(...) \
+	do { \
+		rows_depth++; \
+		PG_TRY(); \
+		{ \
+			__VA_ARGS__; \
+		} \
+		PG_FINALLY(); \
+		{ \
+			rows_depth--; \
+		} \
+		PG_END_TRY(); \
+	} while (0)
+
+/* rows_insert_job: see insert_job. */
+bool
+rows_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
+				Datum params, Datum provider,
+				Datum max_attempts, bool max_attempts_null, int64 *job_id)
+{
+	volatile bool inserted = false;
+
+	ROWS_GUARDED(inserted = insert_job(owner_id, idempotency_key, operation, params,
+									   provider, max_attempts, max_attempts_null, job_id));
+	return inserted;
+}
+
+/* rows_match_job: see match_job. */
+bool
+rows_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
+			   Datum params, Datum provider,
+			   Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
+{
+	volatile bool found = false;
+
+	ROWS_GUARDED(found = match_job(owner_id, idempotency_key, operation, params,
+								   provider, max_attempts, max_attempts_null, match));
+	return found;
+}
+
+/* rows_begin_attempt: see begin_attempt. */
+int64
+rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+				   Datum timeout, Datum attempt_key, bool attempt_key_null)
+{
+	volatile int64 id = 0;
+
+	ROWS_GUARDED(id = begin_attempt(job_id, provider, provider_null, timeout,
+									attempt_key, attempt_key_null));
+	return id;
+}
+
+/* rows_read_for_finish: see read_for_finish. */
+bool
+rows_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
+{
+	volatile bool found = false;
+
+	ROWS_GUARDED(found = read_for_finish(attempt_id, attempt, job));
+	return found;
+}
+
+/* rows_claim_and_swap: see claim_and_swap. */
+ClaimOutcome
+rows_claim_and_swap(const AttemptRow *attempt, Datum result)
+{
+	volatile ClaimOutcome outcome = CLAIM_CHANGED;
+
+	ROWS_GUARDED(outcome = claim_and_swap(attempt, result));
 	return outcome;
 }
