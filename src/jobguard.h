@@ -188,7 +188,7 @@ extern uint64 store_sweep_overdue(int batch_size);
 extern int64 store_purge(TimestampTz cutoff, int batch_size);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
 
-/* rows.c: the hot path's reads and writes without SQL (see store.c) */
+/* rows.c, rows_catalog.c: the fast path, the hot reads and writes without SQL */
 extern bool rows_fast_path;
 
 /* The calls that use rows.c, by the tables they lock. */

@@ -1,0 +1,630 @@
+/*-------------------------------------------------------------------------
+ *
+ * rows_catalog.c
+ *	  What the fast path (src/rows.c) knows of jobguard's tables, and
+ *	  whether it may run: the tables' OIDs, the unique indexes it reads
+ *	  through, the attribute numbers of the columns, and the tables' own
+ *	  rules compiled once per backend (column defaults, domains, CHECK
+ *	  constraints).
+ *
+ * The knowledge is cached per backend and marked stale by relcache and
+ * syscache invalidations: of the four tables, of relations, functions and
+ * types the compiled expressions use.  rows_usable() first takes the table
+ * locks the SQL statements of a call would take (which processes pending
+ * invalidations), then checks the cache, so a schema change committed
+ * while a call waited for its lock is seen by that very call.  Anything
+ * the fast path would skip — a trigger or rule someone added, an unknown
+ * or generated column, forced row security, a partition — or a read-only
+ * transaction, parallel mode, a nested call, or jobguard.fast_path off
+ * makes it say no, and store.c runs its SQL instead.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_constraint.h"
+#include "catalog/pg_type_d.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/plannodes.h"
+#include "optimizer/optimizer.h"
+#include "rewrite/rewriteHandler.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/syscache.h"
+
+#include "rows.h"
+
+/* GUC jobguard.fast_path: let calls take the fast path (default on). */
+bool		rows_fast_path = true;
+
+static const KnownColumn job_columns[JOB_COLUMN_COUNT] = {
+	{"id", INT8OID}, {"owner_id", TEXTOID}, {"idempotency_key", TEXTOID},
+	{"operation", TEXTOID}, {"params", JSONBOID}, {"provider", TEXTOID},
+	{"max_attempts", INT4OID}, {"version", INT8OID}, {"completed_by", INT8OID},
+	{"result", JSONBOID}, {"created_at", TIMESTAMPTZOID},
+	{"completed_at", TIMESTAMPTZOID}, {"cancelled_at", TIMESTAMPTZOID},
+	{"cancel_reason", TEXTOID}
+};
+
+static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
+	{"id", INT8OID}, {"job_id", INT8OID}, {"attempt_no", INT4OID},
+	{"provider", TEXTOID}, {"state", TEXTOID}, {"read_version", INT8OID},
+	{"attempt_key", TEXTOID}, {"started_at", TIMESTAMPTZOID},
+	{"deadline", TIMESTAMPTZOID}, {"finished_at", TIMESTAMPTZOID},
+	{"error", TEXTOID}, {"lost_to", INT8OID}, {"lost_result", JSONBOID},
+	{"cancelled_at", TIMESTAMPTZOID}, {"cancel_reason", TEXTOID}
+};
+
+static const KnownColumn operation_columns[OP_COLUMN_COUNT] = {
+	{"operation", TEXTOID}, {"output_contract", JSONBOID},
+	{"contract_version", INT8OID}
+};
+
+static const KnownColumn certification_columns[CERT_COLUMN_COUNT] = {
+	{"operation", TEXTOID}, {"provider", TEXTOID}, {"revoked_at", TIMESTAMPTZOID}
+};
+
+/* The tables whose invalidation makes the catalog stale. */
+#define WATCHED_TABLES 4
+
+/*
+ * Other objects the compiled defaults and CHECK constraints depend on:
+ * relations (a default's sequence) and functions and types (a function a
+ * CHECK calls, which the planner may have inlined).  When there are more
+ * than fit, any invalidation of that kind makes the catalog stale.
+ */
+#define MAX_DEPENDENCIES 64
+
+typedef struct Dependency
+{
+	int			cache_id;		/* PROCOID or TYPEOID */
+	uint32		hash_value;
+} Dependency;
+
+static RowsCatalog *catalog = NULL;
+static MemoryContext catalog_cxt = NULL;
+static bool catalog_valid = false;
+static Oid	watched[WATCHED_TABLES];
+static Oid	dependent_relids[MAX_DEPENDENCIES];
+static int	n_dependent_relids = 0;
+static bool dependent_relids_overflow = false;
+static Dependency dependencies[MAX_DEPENDENCIES];
+static int	n_dependencies = 0;
+static bool dependencies_overflow = false;
+static bool callback_registered = false;
+
+/*
+ * How deep calls into rows.c are nested.  A write runs user code (a
+ * default, a CHECK, a domain constraint) that could call jobguard again;
+ * such a nested call takes the SQL path and never rebuilds the catalog
+ * the outer call is using.
+ */
+int			rows_depth = 0;
+
+/*
+ * The catalog rows_usable() checked under the locks of the current call;
+ * the rows_* functions use this one and never rebuild it.
+ */
+static RowsCatalog *active = NULL;
+
+/*
+ * catalog_invalidate: relcache callback.  Only marks the catalog stale; it
+ * is rebuilt by rows_usable() at the start of a call, never while one is
+ * using it.
+ */
+static void
+catalog_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || dependent_relids_overflow)
+		catalog_valid = false;
+	for (int i = 0; i < WATCHED_TABLES; i++)
+		if (relid == watched[i])
+			catalog_valid = false;
+	for (int i = 0; i < n_dependent_relids; i++)
+		if (relid == dependent_relids[i])
+			catalog_valid = false;
+}
+
+/*
+ * dependency_invalidate: syscache callback for functions and types: the
+ * catalog is stale when one its compiled expressions use changed.
+ */
+static void
+dependency_invalidate(Datum arg, int cache_id, uint32 hash_value)
+{
+	if (hash_value == 0 || dependencies_overflow)
+		catalog_valid = false;
+	for (int i = 0; i < n_dependencies; i++)
+		if (dependencies[i].cache_id == cache_id &&
+			dependencies[i].hash_value == hash_value)
+			catalog_valid = false;
+}
+
+/*
+ * compile_expression: plan an expression as the executor would and
+ * compile it into the current (catalog) memory, remembering what it
+ * depends on.
+ */
+static ExprState *
+compile_expression(Expr *expr)
+{
+	List	   *relids = NIL;
+	List	   *items = NIL;
+	ListCell   *lc;
+	Expr	   *planned = expression_planner_with_deps(expr, &relids, &items);
+
+	foreach(lc, relids)
+	{
+		if (n_dependent_relids < MAX_DEPENDENCIES)
+			dependent_relids[n_dependent_relids++] = lfirst_oid(lc);
+		else
+			dependent_relids_overflow = true;
+	}
+	foreach(lc, items)
+	{
+		PlanInvalItem *item = lfirst(lc);
+
+		if (n_dependencies < MAX_DEPENDENCIES)
+		{
+			dependencies[n_dependencies].cache_id = item->cacheId;
+			dependencies[n_dependencies].hash_value = item->hashValue;
+			n_dependencies++;
+		}
+		else
+			dependencies_overflow = true;
+	}
+	return ExecInitExpr(planned, NULL);
+}
+
+/*
+ * compile_rules: a table's column defaults, column domains and CHECK
+ * constraints, compiled into the catalog's long-lived memory.
+ */
+static void
+compile_rules(Relation rel, TableRules *rules)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	TupleConstr *constr = desc->constr;
+
+	rules->natts = desc->natts;
+	rules->default_state = palloc0(sizeof(ExprState *) * desc->natts);
+	rules->domain_type = palloc0(sizeof(Oid) * desc->natts);
+	rules->domain_cache = palloc0(sizeof(void *) * desc->natts);
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		Node	   *def;
+
+		if (att->attisdropped)
+			continue;
+		if (get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+			rules->domain_type[i] = att->atttypid;
+		def = build_column_default(rel, i + 1);
+		if (def != NULL)
+			rules->default_state[i] = compile_expression((Expr *) def);
+	}
+	rules->ncheck = constr ? constr->num_check : 0;
+	rules->check_state = palloc0(sizeof(ExprState *) * Max(rules->ncheck, 1));
+	rules->check_name = palloc0(sizeof(char *) * Max(rules->ncheck, 1));
+	for (int i = 0; i < rules->ncheck; i++)
+	{
+		Expr	   *expr = stringToNode(constr->check[i].ccbin);
+
+		rules->check_name[i] = pstrdup(constr->check[i].ccname);
+		rules->check_state[i] = compile_expression(expr);
+	}
+	/*
+	 * Evaluated in a context that lives as long as the compiled
+	 * expressions: some steps (a whole-row reference) keep what they set up
+	 * on first use in the context's per-query memory.
+	 */
+	rules->econtext = CreateStandaloneExprContext();
+	rules->cxt = CurrentMemoryContext;
+}
+
+/*
+ * is_job_foreign_key: is this the constraint attempts (job_id) REFERENCES
+ * jobs (id), whose triggers rows.c stands in for?
+ */
+static bool
+is_job_foreign_key(Oid constraint, Oid attempts, Oid jobs, AttrNumber job_id,
+				   AttrNumber id)
+{
+	HeapTuple	tuple = SearchSysCache1(CONSTROID, ObjectIdGetDatum(constraint));
+	bool		match = false;
+
+	if (HeapTupleIsValid(tuple))
+	{
+		Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tuple);
+		bool		conkey_null;
+		bool		confkey_null;
+		Datum		conkey = SysCacheGetAttr(CONSTROID, tuple,
+											 Anum_pg_constraint_conkey, &conkey_null);
+		Datum		confkey = SysCacheGetAttr(CONSTROID, tuple,
+											  Anum_pg_constraint_confkey, &confkey_null);
+
+		if (con->contype == CONSTRAINT_FOREIGN && con->conrelid == attempts &&
+			con->confrelid == jobs && !conkey_null && !confkey_null)
+		{
+			ArrayType  *keys = DatumGetArrayTypeP(conkey);
+			ArrayType  *fkeys = DatumGetArrayTypeP(confkey);
+
+			match = ARR_NDIM(keys) == 1 && ARR_DIMS(keys)[0] == 1 &&
+				((int16 *) ARR_DATA_PTR(keys))[0] == job_id &&
+				ARR_NDIM(fkeys) == 1 && ARR_DIMS(fkeys)[0] == 1 &&
+				((int16 *) ARR_DATA_PTR(fkeys))[0] == id;
+		}
+		ReleaseSysCache(tuple);
+	}
+	return match;
+}
+
+/*
+ * foreign_code: why the table's writes must go through the executor — a
+ * trigger other than those of the attempts → jobs foreign key, a rule, or
+ * forced row security — or NULL when nothing there would be skipped.
+ */
+static const char *
+foreign_code(Relation rel, const RowsCatalog *cat)
+{
+	const char *name = RelationGetRelationName(rel);
+
+	if (rel->rd_rules != NULL)
+		return psprintf("table jobguard.%s has a rule", name);
+	if (rel->rd_rel->relispartition)
+		return psprintf("table jobguard.%s is a partition", name);
+	if (rel->trigdesc != NULL)
+		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
+		{
+			Trigger    *trigger = &rel->trigdesc->triggers[i];
+
+			if (!trigger->tgisinternal ||
+				!is_job_foreign_key(trigger->tgconstraint, cat->attempts, cat->jobs,
+									cat->attempt_att[ATT_JOB_ID], cat->job_att[JOB_ID]))
+				return psprintf("table jobguard.%s has trigger \"%s\"", name,
+								trigger->tgname);
+		}
+	return NULL;
+}
+
+/*
+ * forced_row_security: a table whose row level security applies even to
+ * its owner, whom the SQL statements run as: reads must go through SQL.
+ */
+static const char *
+forced_row_security(Relation rel)
+{
+	if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
+		return psprintf("table jobguard.%s forces row level security",
+						RelationGetRelationName(rel));
+	return NULL;
+}
+
+/*
+ * column_problem: find the attribute numbers of the named columns, or say
+ * why the table does not fit the fast path: a column missing or of another
+ * base type; and for a table rows.c writes (all_known), a generated column
+ * or one the fast path does not know of (whose default it would miss).
+ */
+static const char *
+column_problem(Relation rel, const KnownColumn *columns, int count,
+			   AttrNumber *atts, bool all_known)
+{
+	TupleDesc	desc = RelationGetDescr(rel);
+	const char *name = RelationGetRelationName(rel);
+	int			live = 0;
+
+	for (int i = 0; i < desc->natts; i++)
+	{
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+
+		if (att->attisdropped)
+			continue;
+		if (att->attgenerated != '\0' && all_known)
+			return psprintf("column \"%s\" of table jobguard.%s is generated",
+							NameStr(att->attname), name);
+		live++;
+	}
+	for (int i = 0; i < count; i++)
+	{
+		atts[i] = get_attnum(RelationGetRelid(rel), columns[i].name);
+		if (atts[i] == InvalidAttrNumber)
+			return psprintf("table jobguard.%s has no column \"%s\"", name, columns[i].name);
+		if (getBaseType(TupleDescAttr(desc, atts[i] - 1)->atttypid) != columns[i].base_type)
+			return psprintf("column \"%s\" of table jobguard.%s has another type",
+							columns[i].name, name);
+	}
+	if (all_known && live != count)
+		return psprintf("table jobguard.%s has a column jobguard does not know", name);
+	return NULL;
+}
+
+/*
+ * index_on: the OID of the table's valid unique index whose key columns
+ * are exactly the given attributes (in order), with no predicate or
+ * expression; InvalidOid if none.  Finds indexes by what they index, not
+ * by name.
+ */
+static Oid
+index_on(Relation rel, int nkeys, const AttrNumber *atts)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	ListCell   *lc;
+	Oid			found = InvalidOid;
+
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = index->rd_index;
+		bool		match = form->indisunique && form->indisvalid &&
+			form->indimmediate && form->indnkeyatts == nkeys &&
+			RelationGetIndexPredicate(index) == NIL &&
+			RelationGetIndexExpressions(index) == NIL;
+
+		for (int k = 0; match && k < nkeys; k++)
+			match = form->indkey.values[k] == atts[k];
+		index_close(index, NoLock);
+		if (match)
+		{
+			found = lfirst_oid(lc);
+			break;
+		}
+	}
+	list_free(indexes);
+	return found;
+}
+
+/* build_catalog: fill *cat from the system catalogs; see RowsCatalog. */
+static void
+build_catalog(RowsCatalog *cat)
+{
+	Oid			schema = get_namespace_oid("jobguard", true);
+	Relation	jobs,
+				attempts,
+				operations,
+				certifications;
+	AttrNumber	keys[2];
+
+	const char *problem;
+
+	memset(cat, 0, sizeof(*cat));
+	cat->incomplete = true;
+	cat->unusable_reason = "jobguard is not installed in this database";
+	if (!OidIsValid(schema))
+		return;
+	cat->jobs = get_relname_relid("jobs", schema);
+	cat->attempts = get_relname_relid("attempts", schema);
+	cat->operations = get_relname_relid("operations", schema);
+	cat->certifications = get_relname_relid("certifications", schema);
+	watched[0] = cat->jobs;
+	watched[1] = cat->attempts;
+	watched[2] = cat->operations;
+	watched[3] = cat->certifications;
+	for (int i = 0; i < WATCHED_TABLES; i++)
+		if (!OidIsValid(watched[i]))
+		{
+			cat->unusable_reason = "a table of jobguard is missing";
+			return;
+		}
+	cat->incomplete = false;
+
+	jobs = table_open(cat->jobs, AccessShareLock);
+	attempts = table_open(cat->attempts, AccessShareLock);
+	operations = table_open(cat->operations, AccessShareLock);
+	certifications = table_open(cat->certifications, AccessShareLock);
+
+	problem = column_problem(jobs, job_columns, JOB_COLUMN_COUNT, cat->job_att, true);
+	if (problem == NULL)
+		problem = column_problem(attempts, attempt_columns, ATT_COLUMN_COUNT,
+								 cat->attempt_att, true);
+	if (problem == NULL)
+		problem = column_problem(operations, operation_columns, OP_COLUMN_COUNT,
+								 cat->op_att, false);
+	if (problem == NULL)
+		problem = column_problem(certifications, certification_columns,
+								 CERT_COLUMN_COUNT, cat->cert_att, false);
+	if (problem == NULL)
+		problem = foreign_code(jobs, cat);
+	if (problem == NULL)
+		problem = foreign_code(attempts, cat);
+	if (problem == NULL)
+		problem = forced_row_security(jobs);
+	if (problem == NULL)
+		problem = forced_row_security(attempts);
+	if (problem == NULL)
+		problem = forced_row_security(operations);
+	if (problem == NULL)
+		problem = forced_row_security(certifications);
+	cat->usable = (problem == NULL);
+	cat->unusable_reason = problem;
+	if (cat->usable)
+	{
+		keys[0] = cat->job_att[JOB_ID];
+		cat->jobs_pkey = index_on(jobs, 1, keys);
+		keys[0] = cat->job_att[JOB_OWNER_ID];
+		keys[1] = cat->job_att[JOB_IDEMPOTENCY_KEY];
+		cat->jobs_owner_key = index_on(jobs, 2, keys);
+		keys[0] = cat->attempt_att[ATT_ID];
+		cat->attempts_pkey = index_on(attempts, 1, keys);
+		keys[0] = cat->attempt_att[ATT_JOB_ID];
+		keys[1] = cat->attempt_att[ATT_ATTEMPT_NO];
+		cat->attempts_job_attempt_no = index_on(attempts, 2, keys);
+		keys[0] = cat->op_att[OP_OPERATION];
+		cat->operations_pkey = index_on(operations, 1, keys);
+		keys[0] = cat->cert_att[CERT_OPERATION];
+		keys[1] = cat->cert_att[CERT_PROVIDER];
+		cat->certifications_pkey = index_on(certifications, 2, keys);
+		cat->usable = OidIsValid(cat->jobs_pkey) && OidIsValid(cat->jobs_owner_key) &&
+			OidIsValid(cat->attempts_pkey) && OidIsValid(cat->attempts_job_attempt_no) &&
+			OidIsValid(cat->operations_pkey) && OidIsValid(cat->certifications_pkey);
+		if (!cat->usable)
+			cat->unusable_reason = "a unique index of jobguard's tables is missing";
+	}
+	if (cat->usable)
+	{
+		compile_rules(jobs, &cat->job_rules);
+		compile_rules(attempts, &cat->attempt_rules);
+	}
+
+	table_close(certifications, NoLock);
+	table_close(operations, NoLock);
+	table_close(attempts, NoLock);
+	table_close(jobs, NoLock);
+}
+
+/*
+ * current_catalog: the catalog, rebuilt first if an invalidation made it
+ * stale (the old one is freed here).  An invalidation arriving while it is
+ * built leaves it marked stale; rows_usable() then builds it again.
+ */
+static RowsCatalog *
+current_catalog(void)
+{
+	MemoryContext old;
+	RowsCatalog *built;
+
+	if (catalog_valid && catalog != NULL)
+		return catalog;
+	Assert(rows_depth == 0);
+	if (!callback_registered)
+	{
+		CacheRegisterRelcacheCallback(catalog_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(PROCOID, dependency_invalidate, (Datum) 0);
+		CacheRegisterSyscacheCallback(TYPEOID, dependency_invalidate, (Datum) 0);
+		callback_registered = true;
+	}
+	catalog = NULL;
+	active = NULL;
+	if (catalog_cxt != NULL)
+	{
+		MemoryContextDelete(catalog_cxt);
+		catalog_cxt = NULL;
+	}
+	n_dependent_relids = n_dependencies = 0;
+	dependent_relids_overflow = dependencies_overflow = false;
+	catalog_cxt = AllocSetContextCreate(CacheMemoryContext, "jobguard rows catalog",
+										ALLOCSET_SMALL_SIZES);
+	catalog_valid = true;
+	old = MemoryContextSwitchTo(catalog_cxt);
+	built = palloc(sizeof(RowsCatalog));
+	build_catalog(built);
+	MemoryContextSwitchTo(old);
+	/* a missing table sends no invalidation when it comes back: look again */
+	if (built->incomplete)
+		catalog_valid = false;
+	catalog = built;
+	return catalog;
+}
+
+/*
+ * lock_tables: the table locks the SQL statements of a call would take,
+ * held to the end of the transaction.  Taking a lock the transaction does
+ * not hold yet processes pending invalidations, so a catalog still valid
+ * afterwards describes the tables as they now are: nobody can change them
+ * while the locks are held.
+ */
+static void
+lock_tables(const RowsCatalog *cat, RowsCall call)
+{
+	switch (call)
+	{
+		case ROWS_SUBMIT:
+			LockRelationOid(cat->jobs, RowExclusiveLock);
+			break;
+		case ROWS_BEGIN:
+			LockRelationOid(cat->attempts, RowExclusiveLock);
+			LockRelationOid(cat->jobs, RowShareLock);
+			LockRelationOid(cat->certifications, AccessShareLock);
+			break;
+		case ROWS_FINISH:
+			LockRelationOid(cat->attempts, RowExclusiveLock);
+			LockRelationOid(cat->jobs, RowExclusiveLock);
+			LockRelationOid(cat->operations, AccessShareLock);
+			break;
+	}
+}
+
+/* How often rows_usable() rebuilds a catalog invalidated under it. */
+#define CATALOG_TRIES 5
+
+/*
+ * rows_usable: may store.c use the fast path (src/rows.c) for this call?
+ * Yes when jobguard.fast_path is on, the transaction may write (a
+ * read-only one gets the executor's error from the SQL instead), and the
+ * tables, checked under the call's locks, have nothing rows.c would skip.
+ */
+bool
+rows_usable(RowsCall call)
+{
+	if (rows_depth > 0)
+		return false;
+	active = NULL;
+	if (!rows_fast_path || XactReadOnly || IsInParallelMode())
+		return false;
+	/* this transaction's own DDL sends its invalidations now */
+	CommandCounterIncrement();
+	for (int tries = 0; tries < CATALOG_TRIES; tries++)
+	{
+		RowsCatalog *cat = current_catalog();
+
+		if (!cat->usable)
+			return false;
+		lock_tables(cat, call);
+		if (catalog_valid)
+		{
+			active = cat;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
+ * rows_unusable_reason: why calls would not use the fast path now, or NULL
+ * when they would; for jobguard.fast_path_status().  The tables are locked
+ * for reading first, so a change committed before is seen.
+ */
+const char *
+rows_unusable_reason(void)
+{
+	if (!rows_fast_path)
+		return "jobguard.fast_path is off";
+	if (XactReadOnly)
+		return "the transaction is read-only";
+	if (IsInParallelMode())
+		return "the call runs in parallel mode";
+	if (rows_depth > 0)
+		return "it is called from within a jobguard call";
+	CommandCounterIncrement();
+	for (int tries = 0; tries < CATALOG_TRIES; tries++)
+	{
+		RowsCatalog *cat = current_catalog();
+
+		if (!cat->usable)
+			return pstrdup(cat->unusable_reason);
+		for (int i = 0; i < WATCHED_TABLES; i++)
+			LockRelationOid(watched[i], AccessShareLock);
+		if (catalog_valid)
+			return NULL;
+	}
+	return "jobguard's tables keep changing";
+}
+
+/* rows_active_catalog: the catalog rows_usable() approved for this call. */
+RowsCatalog *
+rows_active_catalog(void)
+{
+	if (active == NULL)
+		elog(ERROR, "jobguard: fast path used without rows_usable()");
+	return active;
+}
