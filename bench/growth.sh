@@ -14,12 +14,14 @@
 #               backend's memory (pg_backend_memory_contexts) along the way
 #
 # Tunables (environment): GROWTH_JOBS (5000000), GROWTH_LIFECYCLES (1000000),
-# BENCH_SECONDS (5 here), BENCH_ROUNDS (3 here).
+# BENCH_SECONDS (5 here), BENCH_ROUNDS (5 here), GROWTH_WARMUP (5 s per
+# workload and database, not measured, after loading).
 
 GROWTH_JOBS=${GROWTH_JOBS:-5000000}
 GROWTH_LIFECYCLES=${GROWTH_LIFECYCLES:-1000000}
 GROWTH_SECONDS=${BENCH_SECONDS:-5}
-GROWTH_ROUNDS=${BENCH_ROUNDS:-3}
+GROWTH_ROUNDS=${BENCH_ROUNDS:-5}
+GROWTH_WARMUP=${GROWTH_WARMUP:-5}
 RESULT='{"charge": "ch_42", "status": "paid"}'
 GREPORT=$RESULTS/growth.md
 : >"$OUT/growth-report.md"
@@ -66,8 +68,15 @@ big_size=$(PGDATABASE=jg_big sql -c "SELECT pg_size_pretty(pg_total_relation_siz
 
 section "(a) Scale: $GROWTH_JOBS stored jobs vs an empty table"
 say "Loaded $GROWTH_JOBS jobs with their attempts in ${load_s} s (INSERT ... SELECT, VACUUM ANALYZE); jobs + attempts with indexes: $big_size."
-say "Each run: ${GROWTH_SECONDS} s; the two databases alternate, $GROWTH_ROUNDS rounds; the empty one is emptied before every run."
+say "Each run: ${GROWTH_SECONDS} s; the two databases alternate, $GROWTH_ROUNDS rounds; the empty one is emptied before every run. Before the first round each workload runs ${GROWTH_WARMUP} s on each database, not measured: a freshly loaded table is not yet in the buffer cache, which says nothing about a table that has grown in use."
 say ""
+
+for db in jg_big jg_empty; do
+	for w in submit_new lifecycle; do
+		PGDATABASE=$db pgbench_run "$BENCH/workloads/jobguard_$w.pgbench" 8 off \
+			"$GROWTH_WARMUP" "$OUT/growth-warmup-$w-$db.log" >/dev/null
+	done
+done
 
 SRAW=$OUT/growth-tps.tsv
 : >"$SRAW"
