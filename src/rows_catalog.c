@@ -35,7 +35,6 @@
 #include "optimizer/optimizer.h"
 #include "rewrite/rewriteHandler.h"
 #include "storage/lmgr.h"
-#include "utils/array.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -246,23 +245,17 @@ is_job_foreign_key(Oid constraint, Oid attempts, Oid jobs, AttrNumber job_id,
 	if (HeapTupleIsValid(tuple))
 	{
 		Form_pg_constraint con = (Form_pg_constraint) GETSTRUCT(tuple);
-		bool		conkey_null;
-		bool		confkey_null;
-		Datum		conkey = SysCacheGetAttr(CONSTROID, tuple,
-											 Anum_pg_constraint_conkey, &conkey_null);
-		Datum		confkey = SysCacheGetAttr(CONSTROID, tuple,
-											  Anum_pg_constraint_confkey, &confkey_null);
 
 		if (con->contype == CONSTRAINT_FOREIGN && con->conrelid == attempts &&
-			con->confrelid == jobs && !conkey_null && !confkey_null)
+			con->confrelid == jobs)
 		{
-			ArrayType  *keys = DatumGetArrayTypeP(conkey);
-			ArrayType  *fkeys = DatumGetArrayTypeP(confkey);
+			int			nkeys;
+			AttrNumber	conkey[INDEX_MAX_KEYS];
+			AttrNumber	confkey[INDEX_MAX_KEYS];
 
-			match = ARR_NDIM(keys) == 1 && ARR_DIMS(keys)[0] == 1 &&
-				((int16 *) ARR_DATA_PTR(keys))[0] == job_id &&
-				ARR_NDIM(fkeys) == 1 && ARR_DIMS(fkeys)[0] == 1 &&
-				((int16 *) ARR_DATA_PTR(fkeys))[0] == id;
+			DeconstructFkConstraintRow(tuple, &nkeys, conkey, confkey,
+									   NULL, NULL, NULL, NULL, NULL);
+			match = nkeys == 1 && conkey[0] == job_id && confkey[0] == id;
 		}
 		ReleaseSysCache(tuple);
 	}
