@@ -131,6 +131,20 @@ RESET search_path;
 RESET ROLE;
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 
+-- a constraint on the tables that calls jobguard again (an owner's CHECK):
+-- each call gives back the identity it found, so afterwards the caller is
+-- itself again, never the tables' owner
+CREATE FUNCTION public.jg_params_ok(p jsonb) RETURNS boolean
+LANGUAGE sql AS $$ SELECT jobguard.fast_path_status() IS NOT NULL AND p IS NOT NULL $$;
+ALTER TABLE jobguard.jobs ADD CONSTRAINT nested_call CHECK (public.jg_params_ok(params)) NOT VALID;
+SET ROLE regress_jg_app;
+SELECT created FROM jobguard.submit('nested', 'k1', 'op', '{}', 'p');
+SELECT current_user AS after_nested_call;
+SELECT public.jg_sqlstate_of($$ALTER TABLE jobguard.jobs DROP CONSTRAINT nested_call$$);
+RESET ROLE;
+ALTER TABLE jobguard.jobs DROP CONSTRAINT nested_call;
+DROP FUNCTION public.jg_params_ok(jsonb);
+
 -- revoke_client takes everything back
 SELECT jobguard.revoke_client('regress_jg_app');
 SET ROLE regress_jg_app;

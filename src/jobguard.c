@@ -275,6 +275,7 @@ describe_mismatch(const SubmitMatch *m)
 Datum
 jobguard_submit(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		owner_id = text_arg(fcinfo, 0, "owner_id", MAX_KEY_CHARS);
 	Datum		idempotency_key = text_arg(fcinfo, 1, "idempotency_key", MAX_KEY_CHARS);
 	Datum		operation = text_arg(fcinfo, 2, "operation", MAX_NAME_CHARS);
@@ -294,7 +295,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 				 errmsg("argument \"max_attempts\" must be at least 1 or null"),
 				 errdetail("It is %d.", DatumGetInt32(max_attempts))));
 
-	store_connect();
+	store_connect(&caller);
 	for (int tries = 1;; tries++)
 	{
 		SubmitMatch match;
@@ -336,7 +337,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 					 errdetail("The job for this key was removed concurrently %d times.", tries),
 					 errhint("Retry the call.")));
 	}
-	store_finish();
+	store_finish(&caller);
 
 	columns[0] = Int64GetDatum(job_id);
 	columns[1] = BoolGetDatum(created);
@@ -444,6 +445,7 @@ refused_begin(int64 job_id, const char *provider, const char *attempt_key)
 Datum
 jobguard_begin_attempt(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		job_id = int64_arg(fcinfo, 0, "job_id");
 	bool		provider_null;
 	Datum		provider_arg = optional_text_arg(fcinfo, 1, "provider", MAX_NAME_CHARS, &provider_null);
@@ -463,7 +465,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 				 errdetail("It is %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out, timeout)))));
 
-	store_connect();
+	store_connect(&caller);
 	for (int tries = 1; attempt_id == 0; tries++)
 	{
 		if (tries > MAX_TRIES)
@@ -475,7 +477,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 									   provider_null ? NULL : TextDatumGetCString(provider_arg),
 									   attempt_key_null ? NULL : TextDatumGetCString(attempt_key));
 	}
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_INT64(attempt_id);
 }
 
@@ -606,11 +608,12 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 Datum
 jobguard_finish_attempt(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	Datum		result = jsonb_arg(fcinfo, 1, "result");
 	const char *outcome = NULL;
 
-	store_connect();
+	store_connect(&caller);
 	for (int tries = 1; outcome == NULL; tries++)
 	{
 		AttemptRow	attempt;
@@ -622,7 +625,7 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 			report_attempt_not_found(attempt_id);
 		outcome = finish_once(&attempt, &job, result);
 	}
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_DATUM(text_result(outcome));
 }
 
@@ -635,17 +638,18 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 Datum
 jobguard_fail_attempt(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	Datum		error = text_arg(fcinfo, 1, "error", UNLIMITED_CHARS);
 	AttemptRow	attempt;
 
-	store_connect();
+	store_connect(&caller);
 	lock_attempt(attempt_id, &attempt);
 	require_transition(ACTION_FAIL, &attempt);
 	store_close_attempt(attempt_id, attempt.stored_state, ATTEMPT_FAILED,
 						TextDatumGetCString(error), 0, (Datum) 0);
 	notify_if_job_failed(attempt.job_id);
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("failed"));
 }
 
@@ -658,15 +662,16 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 Datum
 jobguard_mark_unknown(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	AttemptRow	attempt;
 
-	store_connect();
+	store_connect(&caller);
 	lock_attempt(attempt_id, &attempt);
 	require_transition(ACTION_MARK_UNKNOWN, &attempt);
 	if (attempt.stored_state != ATTEMPT_UNKNOWN)
 		store_mark_unknown(attempt_id);
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("unknown"));
 }
 
@@ -680,15 +685,16 @@ jobguard_mark_unknown(PG_FUNCTION_ARGS)
 Datum
 jobguard_cancel_attempt(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
 	AttemptRow	attempt;
 
-	store_connect();
+	store_connect(&caller);
 	lock_attempt(attempt_id, &attempt);
 	require_transition(ACTION_CANCEL, &attempt);
 	store_cancel_attempt(attempt_id, reason);
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("cancelled"));
 }
 
@@ -703,11 +709,12 @@ jobguard_cancel_attempt(PG_FUNCTION_ARGS)
 Datum
 jobguard_cancel_job(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		job_id = int64_arg(fcinfo, 0, "job_id");
 	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
 	JobRow		job;
 
-	store_connect();
+	store_connect(&caller);
 	if (!store_lock_job(job_id, &job))
 		report_job_not_found(job_id);
 	if (job.completed)
@@ -721,7 +728,7 @@ jobguard_cancel_job(PG_FUNCTION_ARGS)
 		store_cancel_job(job_id, reason);
 		notify_job(job_id, "cancelled");
 	}
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("cancelled"));
 }
 
@@ -729,13 +736,14 @@ jobguard_cancel_job(PG_FUNCTION_ARGS)
 Datum
 jobguard_job_state(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		job_id = int64_arg(fcinfo, 0, "job_id");
 	char	   *state;
 
-	store_connect();
+	store_connect(&caller);
 	if (!store_job_state(job_id, &state))
 		report_job_not_found(job_id);
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_DATUM(text_result(state));
 }
 
@@ -743,15 +751,16 @@ jobguard_job_state(PG_FUNCTION_ARGS)
 Datum
 jobguard_job(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		job_id = int64_arg(fcinfo, 0, "job_id");
 	TupleDesc	desc = result_tupdesc(fcinfo);
 	MemoryContext caller_cxt = CurrentMemoryContext;
 	Datum		row;
 
-	store_connect();
+	store_connect(&caller);
 	if (!store_job_overview(job_id, desc, caller_cxt, &row))
 		report_job_not_found(job_id);
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_DATUM(row);
 }
 
@@ -759,13 +768,14 @@ jobguard_job(PG_FUNCTION_ARGS)
 Datum
 jobguard_attempts_of(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		job_id = int64_arg(fcinfo, 0, "job_id");
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_connect();
+	store_connect(&caller);
 	if (!store_attempts_of(job_id, (ReturnSetInfo *) fcinfo->resultinfo))
 		report_job_not_found(job_id);
-	store_finish();
+	store_finish(&caller);
 	return (Datum) 0;
 }
 
@@ -778,14 +788,15 @@ jobguard_attempts_of(PG_FUNCTION_ARGS)
 Datum
 jobguard_define_operation(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
 	Datum		contract = jsonb_arg(fcinfo, 1, "output_contract");
 
 	(void) contract_compile(TextDatumGetCString(operation),
 							DatumGetJsonbP(contract), CurrentMemoryContext);
-	store_connect();
+	store_connect(&caller);
 	store_define_operation(operation, contract);
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_VOID();
 }
 
@@ -793,14 +804,15 @@ jobguard_define_operation(PG_FUNCTION_ARGS)
 Datum
 jobguard_certify_provider(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
 	Datum		provider = text_arg(fcinfo, 1, "provider", MAX_NAME_CHARS);
 	bool		evidence_null = PG_ARGISNULL(2);
 	Datum		evidence = evidence_null ? (Datum) 0 : PG_GETARG_DATUM(2);
 
-	store_connect();
+	store_connect(&caller);
 	store_certify_provider(operation, provider, evidence, evidence_null);
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_VOID();
 }
 
@@ -813,17 +825,18 @@ jobguard_certify_provider(PG_FUNCTION_ARGS)
 Datum
 jobguard_revoke_provider(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
 	Datum		provider = text_arg(fcinfo, 1, "provider", MAX_NAME_CHARS);
 
-	store_connect();
+	store_connect(&caller);
 	if (!store_revoke_provider(operation, provider))
 		ereport(ERROR,
 				(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
 				 errmsg("provider \"%s\" is not certified for operation \"%s\"",
 						TextDatumGetCString(provider), TextDatumGetCString(operation)),
 				 errhint("jobguard.certification_overview lists the certifications.")));
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_VOID();
 }
 
@@ -838,20 +851,21 @@ jobguard_revoke_provider(PG_FUNCTION_ARGS)
 Datum
 jobguard_check_result(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
 	Datum		result = jsonb_arg(fcinfo, 1, "result");
 	int64		version;
 	Datum		contract;
 	char	   *violation = NULL;
 
-	store_connect();
+	store_connect(&caller);
 	if (store_operation_contract(operation, &version, &contract))
 		violation = contract_first_violation(contract_cache_get(TextDatumGetCString(operation),
 																version, contract),
 											 DatumGetJsonbP(result));
 	if (violation != NULL)
 		violation = store_keep_string(violation);
-	store_finish();
+	store_finish(&caller);
 	if (violation == NULL)
 		PG_RETURN_NULL();
 	PG_RETURN_TEXT_P(cstring_to_text(violation));
@@ -879,6 +893,7 @@ is_terminal_job_state(const char *state)
 Datum
 jobguard_await(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	int64		job_id = int64_arg(fcinfo, 0, "job_id");
 	Interval   *timeout;
 	int64		timeout_ms;
@@ -908,10 +923,10 @@ jobguard_await(PG_FUNCTION_ARGS)
 	{
 		long		remaining_ms;
 
-		store_connect();
+		store_connect(&caller);
 		if (!store_fresh_job_state(job_id, &state))
 			report_job_not_found(job_id);
-		store_finish();
+		store_finish(&caller);
 
 		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (is_terminal_job_state(state) || remaining_ms <= 0)
@@ -937,6 +952,7 @@ jobguard_await(PG_FUNCTION_ARGS)
 Datum
 jobguard_purge(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	Interval   *older_than;
 	int32		batch_size;
 	Interval	zero_interval = {0};
@@ -961,9 +977,9 @@ jobguard_purge(PG_FUNCTION_ARGS)
 	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
 													 TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
 													 IntervalPGetDatum(older_than)));
-	store_connect();
+	store_connect(&caller);
 	deleted = store_purge(cutoff, batch_size);
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_INT64(deleted);
 }
 
@@ -977,12 +993,13 @@ jobguard_purge(PG_FUNCTION_ARGS)
 Datum
 jobguard_stats(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_connect();
+	store_connect(&caller);
 	store_state_counts(rsinfo);
-	store_finish();
+	store_finish(&caller);
 
 	for (int c = 0; c < STAT_COUNT; c++)
 	{
@@ -1019,13 +1036,14 @@ jobguard_stats_reset(PG_FUNCTION_ARGS)
 Datum
 jobguard_fast_path_status(PG_FUNCTION_ARGS)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	const char *reason;
 	char	   *status;
 
 	/* as the tables' owner, who compiles their rules for every call */
-	store_connect();
+	store_connect(&caller);
 	reason = rows_unusable_reason();
 	status = store_keep_string(reason == NULL ? "on" : psprintf("off: %s", reason));
-	store_finish();
+	store_finish(&caller);
 	PG_RETURN_DATUM(text_result(status));
 }

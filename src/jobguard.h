@@ -145,8 +145,8 @@ extern void require_gate_open(const JobRow *job, const AttemptRow *last);
 extern void require_attempts_left(const JobRow *job, const AttemptRow *last);
 
 /* store.c: table access through cached SPI plans */
-extern void store_connect(void);
-extern void store_finish(void);
+extern void store_connect(SavedIdentity *caller);
+extern void store_finish(const SavedIdentity *caller);
 extern char *store_keep_string(const char *s);
 extern bool store_insert_job(Datum owner_id, Datum idempotency_key,
 							 Datum operation, Datum params, Datum provider,

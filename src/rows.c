@@ -156,9 +156,9 @@ col_varlena_copy(TupleTableSlot *slot, AttrNumber att, bool *isnull)
 
 /*
  * A table opened for writing: its ResultRelInfo with the indexes open, an
- * EState to evaluate defaults, index predicates and CHECK constraints in,
- * a slot for the row being written (with which columns the call assigned)
- * and one for rows read.
+ * EState to evaluate index predicates in (defaults and CHECK constraints
+ * use their rules' own long-lived context), a slot for the row being
+ * written (with which columns the call assigned) and one for rows read.
  */
 typedef struct RowWriter
 {
@@ -251,7 +251,8 @@ new_row_defaults(RowWriter *w)
 		if (w->assigned[i] || state == NULL)
 			continue;
 		value = ExecEvalExpr(state, econtext, &isnull);
-		/* copied into the call's memory: the evaluation's is reset below */
+		/* a by-reference value may point into the evaluation's memory,
+		 * reset below, or into the compiled constant: keep a copy */
 		set(w, i + 1, isnull ? (Datum) 0 :
 			datumCopy(value, att->attbyval, att->attlen), isnull);
 	}
@@ -280,7 +281,7 @@ new_row_from_old(RowWriter *w)
 /*
  * check_row: the table's own rules on the row about to be written (stored
  * in new_row), in the executor's order and with its error codes and
- * messages: the domain of each column written (23514 from the domain; an
+ * messages: the domain of each column written (the domain's own error; an
  * UPDATE coerces only the columns it assigns), NOT NULL (23502), CHECK
  * constraints (23514).  (The executor's "Failing row contains" detail is
  * not repeated.)
@@ -652,7 +653,7 @@ lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
 			if (IsolationUsesXactSnapshot())
 				ereport(ERROR,
 						(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						 errmsg("could not serialize access due to concurrent delete")));
+						 errmsg("could not serialize access due to concurrent update")));
 			return false;
 		case TM_Updated:
 			if (IsolationUsesXactSnapshot())

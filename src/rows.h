@@ -103,7 +103,8 @@ typedef struct TableRules
  * What this backend knows about jobguard's tables: their OIDs, the indexes
  * used here, the attribute numbers of the columns, and the compiled rules.
  * Rebuilt after a relcache invalidation of one of them (ALTER TABLE,
- * CREATE TRIGGER, DROP EXTENSION, ...).
+ * CREATE TRIGGER, DROP EXTENSION, ...), or of a relation, function or type
+ * a compiled default or CHECK uses.
  */
 typedef struct RowsCatalog
 {

@@ -264,8 +264,8 @@ is_job_foreign_key(Oid constraint, Oid attempts, Oid jobs, AttrNumber job_id,
 
 /*
  * foreign_code: why the table's writes must go through the executor — a
- * trigger other than those of the attempts → jobs foreign key, a rule, or
- * forced row security — or NULL when nothing there would be skipped.
+ * trigger other than those of the attempts → jobs foreign key, or a rule —
+ * or NULL when nothing there would be skipped.
  */
 static const char *
 foreign_code(Relation rel, const RowsCatalog *cat)
@@ -274,8 +274,6 @@ foreign_code(Relation rel, const RowsCatalog *cat)
 
 	if (rel->rd_rules != NULL)
 		return psprintf("table jobguard.%s has a rule", name);
-	if (rel->rd_rel->relispartition)
-		return psprintf("table jobguard.%s is a partition", name);
 	if (rel->trigdesc != NULL)
 		for (int i = 0; i < rel->trigdesc->numtriggers; i++)
 		{
@@ -291,15 +289,24 @@ foreign_code(Relation rel, const RowsCatalog *cat)
 }
 
 /*
- * forced_row_security: a table whose row level security applies even to
- * its owner, whom the SQL statements run as: reads must go through SQL.
+ * table_shape_problem: why reading a table through its own heap and
+ * indexes would not see what SQL sees: it is partitioned, a partition, or
+ * has inheritance children (whose rows SQL reads too), or its row level
+ * security applies even to its owner, whom the SQL statements run as.
  */
 static const char *
-forced_row_security(Relation rel)
+table_shape_problem(Relation rel)
 {
+	const char *name = RelationGetRelationName(rel);
+
+	if (rel->rd_rel->relkind != RELKIND_RELATION)
+		return psprintf("table jobguard.%s is not a plain table", name);
+	if (rel->rd_rel->relispartition)
+		return psprintf("table jobguard.%s is a partition", name);
+	if (rel->rd_rel->relhassubclass)
+		return psprintf("table jobguard.%s has inheritance children", name);
 	if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
-		return psprintf("table jobguard.%s forces row level security",
-						RelationGetRelationName(rel));
+		return psprintf("table jobguard.%s forces row level security", name);
 	return NULL;
 }
 
@@ -359,7 +366,8 @@ index_on(Relation rel, int nkeys, const AttrNumber *atts)
 	{
 		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index form = index->rd_index;
-		bool		match = form->indisunique && form->indisvalid &&
+		bool		match = index->rd_rel->relkind == RELKIND_INDEX &&
+			form->indisunique && form->indisvalid &&
 			form->indimmediate && form->indnkeyatts == nkeys &&
 			RelationGetIndexPredicate(index) == NIL &&
 			RelationGetIndexExpressions(index) == NIL;
@@ -431,13 +439,13 @@ build_catalog(RowsCatalog *cat)
 	if (problem == NULL)
 		problem = foreign_code(attempts, cat);
 	if (problem == NULL)
-		problem = forced_row_security(jobs);
+		problem = table_shape_problem(jobs);
 	if (problem == NULL)
-		problem = forced_row_security(attempts);
+		problem = table_shape_problem(attempts);
 	if (problem == NULL)
-		problem = forced_row_security(operations);
+		problem = table_shape_problem(operations);
 	if (problem == NULL)
-		problem = forced_row_security(certifications);
+		problem = table_shape_problem(certifications);
 	cat->usable = (problem == NULL);
 	cat->unusable_reason = problem;
 	if (cat->usable)
@@ -520,8 +528,9 @@ current_catalog(void)
 }
 
 /*
- * lock_tables: the table locks the SQL statements of a call would take,
- * held to the end of the transaction.  Taking a lock the transaction does
+ * lock_tables: the table locks the SQL statements of a call take (a
+ * finish's read takes the row-exclusive locks its update will need at
+ * once), held to the end of the transaction.  Taking a lock the transaction does
  * not hold yet processes pending invalidations, so a catalog still valid
  * afterwards describes the tables as they now are: nobody can change them
  * while the locks are held.

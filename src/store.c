@@ -555,23 +555,18 @@ read_attempt_row(AttemptRow *attempt)
 }
 
 /*
- * The caller's identity while a call runs as the tables' owner.  Calls do
- * not nest (jobguard runs no user code while connected), so one is enough.
- */
-static SavedIdentity caller_identity;
-static bool connected = false;
-
-/*
  * store_connect: open the SPI connection a jobguard call works in, and run
- * as the owner of jobguard's tables until store_finish().
+ * as the owner of jobguard's tables until store_finish().  The caller's
+ * identity is saved in *caller, on the calling function's stack: calls can
+ * nest (a default or constraint on the tables may call jobguard), and each
+ * must give back exactly the identity it found.
  */
 void
-store_connect(void)
+store_connect(SavedIdentity *caller)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "jobguard: SPI_connect failed");
-	become_tables_owner(&caller_identity);
-	connected = true;
+	become_tables_owner(caller);
 }
 
 /*
@@ -588,15 +583,13 @@ store_keep_string(const char *s)
 }
 
 /*
- * store_finish: switch back to the caller and close the connection; values
- * read from rows are freed with it.
+ * store_finish: switch back to the identity store_connect() saved and close
+ * the connection; values read from rows are freed with it.
  */
 void
-store_finish(void)
+store_finish(const SavedIdentity *caller)
 {
-	Assert(connected);
-	become_caller_again(&caller_identity);
-	connected = false;
+	become_caller_again(caller);
 	if (SPI_finish() != SPI_OK_FINISH)
 		elog(ERROR, "jobguard: SPI_finish failed");
 }

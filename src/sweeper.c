@@ -113,6 +113,7 @@ sweeper_init(void)
 static uint64
 sweep_batch(void)
 {
+	SavedIdentity caller;		/* restored by store_finish() */
 	uint64		marked = 0;
 
 	SetCurrentStatementStartTimestamp();
@@ -122,9 +123,9 @@ sweep_batch(void)
 
 	if (OidIsValid(get_extension_oid("jobguard", true)))
 	{
-		store_connect();
+		store_connect(&caller);
 		marked = store_sweep_overdue(sweep_batch_size);
-		store_finish();
+		store_finish(&caller);
 	}
 
 	PopActiveSnapshot();
