@@ -109,6 +109,24 @@ SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('frank', 'k5', 'charge', '{}
 ALTER TABLE jobguard.jobs DROP CONSTRAINT params_ok;
 DROP FUNCTION public.params_ok(jsonb);
 
+-- a replayed submit writes nothing, so it takes no transaction id (its
+-- commit needs no WAL flush), on either path
+BEGIN;
+SELECT created FROM jobguard.submit('frank', 'k1', 'charge', '{"amount": 1}', 'stripe');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid_on_fast_path;
+COMMIT;
+SET jobguard.fast_path = off;
+BEGIN;
+SELECT created FROM jobguard.submit('frank', 'k1', 'charge', '{"amount": 1}', 'stripe');
+SELECT pg_current_xact_id_if_assigned() IS NULL AS no_xid_on_sql_path;
+COMMIT;
+SET jobguard.fast_path = on;
+-- a new one does
+BEGIN;
+SELECT created FROM jobguard.submit('frank', 'k9', 'charge', '{"amount": 1}', 'stripe');
+SELECT pg_current_xact_id_if_assigned() IS NOT NULL AS xid_for_an_insert;
+COMMIT;
+
 -- defaults come from the table, as INSERT takes them
 ALTER TABLE jobguard.jobs ALTER created_at SET DEFAULT '2001-02-03 04:05:06+00';
 SELECT job_id AS erin_job FROM jobguard.submit('erin', 'k1', 'charge', '{"amount": 1}', 'stripe') \gset
