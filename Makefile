@@ -10,7 +10,7 @@
 
 EXTENSION   = jobguard
 MODULE_big  = jobguard
-OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o src/security.o src/stats.o src/sweeper.o src/rows.o src/rows_catalog.o
+OBJS        = src/jobguard.o src/store.o src/states.o src/contract_compile.o src/contract_check.o src/security.o src/stats.o src/sweeper.o src/rows.o src/rows_catalog.o
 DATA        = jobguard--1.0.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
