@@ -14,7 +14,8 @@
 
 #include "nodes/execnodes.h"
 
-#include "jobguard.h"
+#include "states.h"
+#include "store.h"
 
 /* A column the fast path reads or writes: its name and its base type. */
 typedef struct KnownColumn

@@ -25,7 +25,7 @@
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
-#include "jobguard.h"
+#include "security.h"
 
 /*
  * tables_owner: the role that owns jobguard.jobs, i.e. the role that ran

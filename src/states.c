@@ -10,14 +10,15 @@
  * them in; these functions only decide, and raise the caller-facing error
  * (JG002, JG003, JG005, JG006) when the answer is no.  The effective state
  * (a started attempt past its deadline is unknown) is computed in SQL by
- * jobguard.attempt_state() when store.c reads the row.
+ * jobguard.attempt_state() when store_sql.c reads the row.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "errcodes.h"
-#include "jobguard.h"
+#include "states.h"
+#include "stats.h"
 
 /* One attempt state: its SQL name and whether it blocks a new attempt. */
 typedef struct AttemptStateInfo

@@ -22,7 +22,7 @@
 #include "storage/shmem.h"
 #include "storage/spin.h"
 
-#include "jobguard.h"
+#include "stats.h"
 
 /* Databases that can have counters at once; more are not counted. */
 #define STATS_MAX_DATABASES 64

@@ -33,7 +33,8 @@
 #include "utils/snapmgr.h"
 #include "utils/varlena.h"
 
-#include "jobguard.h"
+#include "store.h"
+#include "sweeper.h"
 
 /* GUC jobguard.database: the databases to sweep, comma-separated. */
 static char *sweep_databases = NULL;

@@ -1,0 +1,148 @@
+/*-------------------------------------------------------------------------
+ *
+ * args.c
+ *	  The argument checks, common refusals and result builders every
+ *	  SQL-callable entry point of jobguard uses, written once so that every
+ *	  function answers a bad argument in the same words.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+#include "utils/lsyscache.h"
+
+#include "args.h"
+#include "errcodes.h"
+
+/*
+ * require_arg: raise 22004 naming the argument if it is NULL.  A NULL
+ * owner, key or result is a caller bug, never something to answer with NULL.
+ */
+void
+require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	if (PG_ARGISNULL(argno))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" of jobguard.%s() must not be null",
+						name, get_func_name(fcinfo->flinfo->fn_oid))));
+}
+
+/*
+ * text_arg: a text argument that must be present and 1 to max_chars
+ * characters long; returns it detoasted, as a Datum for store.h.
+ */
+Datum
+text_arg(FunctionCallInfo fcinfo, int argno, const char *name, int max_chars)
+{
+	text	   *t;
+	int			chars;
+
+	require_arg(fcinfo, argno, name);
+	t = PG_GETARG_TEXT_PP(argno);
+	chars = pg_mbstrlen_with_len(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+	if (max_chars == UNLIMITED_CHARS && chars < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must not be empty", name)));
+	if (chars < 1 || chars > max_chars)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be 1 to %d characters long",
+						name, max_chars),
+				 errdetail("It is %d characters long.", chars)));
+	return PointerGetDatum(t);
+}
+
+/* optional_text_arg: like text_arg, but NULL is allowed (*isnull set). */
+Datum
+optional_text_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+				  int max_chars, bool *isnull)
+{
+	*isnull = PG_ARGISNULL(argno);
+	if (*isnull)
+		return (Datum) 0;
+	return text_arg(fcinfo, argno, name, max_chars);
+}
+
+/* int64_arg: a required bigint argument (a job or attempt id). */
+int64
+int64_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	require_arg(fcinfo, argno, name);
+	return PG_GETARG_INT64(argno);
+}
+
+/* jsonb_arg: a required jsonb argument, detoasted. */
+Datum
+jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name)
+{
+	require_arg(fcinfo, argno, name);
+	return PointerGetDatum(PG_GETARG_JSONB_P(argno));
+}
+
+
+/*
+ * result_tupdesc: the blessed row descriptor of a function returning a
+ * composite, built on the first call of a query and kept in fn_extra, since
+ * building it per row costs more than the call itself.
+ */
+TupleDesc
+result_tupdesc(FunctionCallInfo fcinfo)
+{
+	TupleDesc	desc = (TupleDesc) fcinfo->flinfo->fn_extra;
+
+	if (desc == NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(fcinfo->flinfo->fn_mcxt);
+
+		if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+			elog(ERROR, "jobguard: function returning a row called in a context that cannot accept one");
+		desc = BlessTupleDesc(CreateTupleDescCopy(desc));
+		MemoryContextSwitchTo(old);
+		fcinfo->flinfo->fn_extra = desc;
+	}
+	return desc;
+}
+
+/* text_result: a text Datum of a C string constant. */
+Datum
+text_result(const char *s)
+{
+	return PointerGetDatum(cstring_to_text(s));
+}
+/* report_job_not_found: raise JG008 for a job id that names no job. */
+void
+pg_attribute_noreturn()
+report_job_not_found(int64 job_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+			 errmsg("job %lld does not exist", (long long) job_id)));
+}
+
+/* report_attempt_not_found: raise JG009 for an id that names no attempt. */
+void
+pg_attribute_noreturn()
+report_attempt_not_found(int64 attempt_id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_JG_ATTEMPT_NOT_FOUND),
+			 errmsg("attempt %lld does not exist", (long long) attempt_id)));
+}
+
+/* report_retries_exhausted: raise a serialization failure (40001) to retry. */
+void
+pg_attribute_noreturn()
+report_retries_exhausted(const char *what, int64 id)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			 errmsg("could not %s %lld: it kept changing concurrently", what, (long long) id),
+			 errhint("Retry the call.")));
+}
+

@@ -1,0 +1,50 @@
+/*-------------------------------------------------------------------------
+ *
+ * args.h
+ *	  What every SQL-callable entry point shares (args.c): checking its
+ *	  arguments, refusing ids that name nothing, giving up after retries,
+ *	  and building its result.
+ *
+ * Every entry point checks all of its arguments before it touches a table, so
+ * a refused call writes nothing.  Required arguments that are NULL raise
+ * 22004 naming the argument; the functions are not STRICT, which would
+ * silently return NULL instead.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBGUARD_ARGS_H
+#define JOBGUARD_ARGS_H
+
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "access/tupdesc.h"
+
+/* Longest owner_id, idempotency_key and attempt_key, in characters. */
+#define MAX_KEY_CHARS 255
+/* Longest operation and provider name, in characters. */
+#define MAX_NAME_CHARS 63
+/* For text_arg: any length, but not empty (error messages, reasons). */
+#define UNLIMITED_CHARS INT_MAX
+
+/*
+ * How often begin_attempt() and finish_attempt() try again when a
+ * concurrent call changed what they had read (each retry means another
+ * call made progress on the same job, so this is never reached in practice).
+ */
+#define MAX_TRIES 5
+
+extern void require_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+extern Datum text_arg(FunctionCallInfo fcinfo, int argno, const char *name,
+					  int max_chars);
+extern Datum optional_text_arg(FunctionCallInfo fcinfo, int argno,
+							   const char *name, int max_chars, bool *isnull);
+extern int64 int64_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+extern Datum jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+extern void report_job_not_found(int64 job_id) pg_attribute_noreturn();
+extern void report_attempt_not_found(int64 attempt_id) pg_attribute_noreturn();
+extern void report_retries_exhausted(const char *what, int64 id) pg_attribute_noreturn();
+extern TupleDesc result_tupdesc(FunctionCallInfo fcinfo);
+extern Datum text_result(const char *s);
+
+#endif							/* JOBGUARD_ARGS_H */

@@ -1,0 +1,241 @@
+/*-------------------------------------------------------------------------
+ *
+ * attempts.c
+ *	  The entry points that open and close attempts outside a finish:
+ *	  begin_attempt (the gate: one open attempt per job, attempts left, a
+ *	  certified fallback), fail_attempt, mark_unknown, cancel_attempt and
+ *	  cancel_job.  finish_attempt, the compare-and-swap, is in finish.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+
+#include "args.h"
+#include "errcodes.h"
+#include "notify.h"
+#include "states.h"
+#include "store.h"
+
+PG_FUNCTION_INFO_V1(jobguard_begin_attempt);
+PG_FUNCTION_INFO_V1(jobguard_fail_attempt);
+PG_FUNCTION_INFO_V1(jobguard_mark_unknown);
+PG_FUNCTION_INFO_V1(jobguard_cancel_attempt);
+PG_FUNCTION_INFO_V1(jobguard_cancel_job);
+
+/*
+ * is_own_begin_replay: true when a begin names the key of the job's open
+ * attempt (and no other provider): a worker retrying its own begin after a
+ * lost response gets its attempt back instead of JG002.
+ */
+static bool
+is_own_begin_replay(const AttemptRow *last, const char *attempt_key,
+					const char *provider)
+{
+	return attempt_key != NULL &&
+		attempt_state_is_open(last->state) &&
+		last->attempt_key != NULL &&
+		strcmp(last->attempt_key, attempt_key) == 0 &&
+		(provider == NULL || strcmp(last->provider, provider) == 0);
+}
+
+/*
+ * refused_begin: why the gate refused a begin, as the caller-facing error,
+ * in the order SPEC.md gives: no job (JG008), closed job (JG003), open
+ * attempt (JG002), attempts used up (JG005), fallback not certified
+ * (JG004).  A worker retrying its own begin is not refused: its attempt id
+ * is returned.  Returns 0 when nothing refuses any more (the begin lost a
+ * race that has since resolved): the caller tries again.
+ */
+static int64
+refused_begin(int64 job_id, const char *provider, const char *attempt_key)
+{
+	JobRow		job;
+	AttemptRow	last;
+	bool		has_last;
+
+	if (!store_lock_job(job_id, &job))
+		report_job_not_found(job_id);
+	has_last = store_last_attempt(job_id, &last);
+	if (has_last && is_own_begin_replay(&last, attempt_key, provider))
+		return last.id;
+	require_gate_open(&job, has_last ? &last : NULL);
+	require_attempts_left(&job, has_last ? &last : NULL);
+	if (provider != NULL && strcmp(provider, job.provider) != 0 &&
+		!store_provider_certified(job.operation, provider))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
+				 errmsg("provider \"%s\" is not certified for operation \"%s\"",
+						provider, job.operation),
+				 errdetail("Job %lld targets provider \"%s\"; a fallback provider must be certified for the job's operation.",
+						   (long long) job_id, job.provider),
+				 errhint("Certify it with jobguard.certify_provider() once it passes the operation's contract tests.")));
+	return 0;
+}
+
+/*
+ * jobguard.begin_attempt(job_id, provider, timeout, attempt_key) -> bigint
+ *
+ * One INSERT ... SELECT with the gate in it (the job open, no open attempt,
+ * attempts left, a certified fallback); concurrent begins of one job are
+ * decided by the partial unique index on open attempts, which makes the
+ * second wait for the first and then insert nothing.  Only a refused begin
+ * looks further, with the job row locked, to raise the right error (or to
+ * return a worker's own attempt).
+ */
+Datum
+jobguard_begin_attempt(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+	bool		provider_null;
+	Datum		provider_arg = optional_text_arg(fcinfo, 1, "provider", MAX_NAME_CHARS, &provider_null);
+	Datum		timeout;
+	bool		attempt_key_null;
+	Datum		attempt_key = optional_text_arg(fcinfo, 3, "attempt_key", MAX_KEY_CHARS, &attempt_key_null);
+	int64		attempt_id = 0;
+	Interval	zero_interval = {0};
+
+	require_arg(fcinfo, 2, "timeout");
+	timeout = PG_GETARG_DATUM(2);
+	if (!DatumGetBool(DirectFunctionCall2(interval_gt, timeout,
+										  IntervalPGetDatum(&zero_interval))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"timeout\" must be greater than zero"),
+				 errdetail("It is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out, timeout)))));
+
+	store_connect(&caller);
+	for (int tries = 1; attempt_id == 0; tries++)
+	{
+		if (tries > MAX_TRIES)
+			report_retries_exhausted("begin an attempt of job", job_id);
+		attempt_id = store_begin_attempt(job_id, provider_arg, provider_null, timeout,
+										 attempt_key, attempt_key_null);
+		if (attempt_id == 0)
+			attempt_id = refused_begin(job_id,
+									   provider_null ? NULL : TextDatumGetCString(provider_arg),
+									   attempt_key_null ? NULL : TextDatumGetCString(attempt_key));
+	}
+	store_finish(&caller);
+	PG_RETURN_INT64(attempt_id);
+}
+
+/*
+ * lock_attempt: lock an attempt row and read it, or raise JG009.  fail,
+ * mark_unknown and cancel go through here first, so they run one at a time
+ * per attempt; finish_attempt instead writes on condition that the attempt
+ * is still in the state it read, and so waits for them too.
+ */
+static void
+lock_attempt(int64 attempt_id, AttemptRow *attempt)
+{
+	if (!store_lock_attempt(attempt_id, attempt))
+		report_attempt_not_found(attempt_id);
+}
+
+/*
+ * jobguard.fail_attempt(attempt_id, error) -> 'failed'
+ *
+ * The provider reported an error: the attempt is closed and the gate opens.
+ * (A timeout is not an error: use mark_unknown.)
+ */
+Datum
+jobguard_fail_attempt(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Datum		error = text_arg(fcinfo, 1, "error", UNLIMITED_CHARS);
+	AttemptRow	attempt;
+
+	store_connect(&caller);
+	lock_attempt(attempt_id, &attempt);
+	require_transition(ACTION_FAIL, &attempt);
+	store_close_attempt(attempt_id, attempt.stored_state, ATTEMPT_FAILED,
+						TextDatumGetCString(error), 0, (Datum) 0);
+	notify_if_job_failed(attempt.job_id);
+	store_finish(&caller);
+	PG_RETURN_DATUM(text_result("failed"));
+}
+
+/*
+ * jobguard.mark_unknown(attempt_id) -> 'unknown'
+ *
+ * A caller saw a timeout: write down that the outcome is unknown.  The gate
+ * stays closed; only a result, a failure or a cancel opens it.
+ */
+Datum
+jobguard_mark_unknown(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	AttemptRow	attempt;
+
+	store_connect(&caller);
+	lock_attempt(attempt_id, &attempt);
+	require_transition(ACTION_MARK_UNKNOWN, &attempt);
+	if (attempt.stored_state != ATTEMPT_UNKNOWN)
+		store_mark_unknown(attempt_id);
+	store_finish(&caller);
+	PG_RETURN_DATUM(text_result("unknown"));
+}
+
+/*
+ * jobguard.cancel_attempt(attempt_id, reason) -> 'cancelled'
+ *
+ * An out-of-band decision to stop waiting for an open attempt: the gate
+ * opens for a fallback.  The provider may still finish; its result then
+ * goes through the compare-and-swap like any other.
+ */
+Datum
+jobguard_cancel_attempt(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
+	AttemptRow	attempt;
+
+	store_connect(&caller);
+	lock_attempt(attempt_id, &attempt);
+	require_transition(ACTION_CANCEL, &attempt);
+	store_cancel_attempt(attempt_id, reason);
+	store_finish(&caller);
+	PG_RETURN_DATUM(text_result("cancelled"));
+}
+
+/*
+ * jobguard.cancel_job(job_id, reason) -> 'cancelled'
+ *
+ * Close the job without a result: its version is bumped, so every attempt
+ * begun before loses the compare-and-swap, and no new attempt may begin.
+ * Cancelling a cancelled job again changes nothing; a succeeded job cannot
+ * be cancelled (JG003).
+ */
+Datum
+jobguard_cancel_job(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
+	JobRow		job;
+
+	store_connect(&caller);
+	if (!store_lock_job(job_id, &job))
+		report_job_not_found(job_id);
+	if (job.completed)
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_CLOSED),
+				 errmsg("job %lld has already succeeded and cannot be cancelled",
+						(long long) job_id),
+				 errdetail("Attempt %lld holds its result.", (long long) job.completed_by)));
+	if (!job.cancelled)
+	{
+		store_cancel_job(job_id, reason);
+		notify_job(job_id, "cancelled");
+	}
+	store_finish(&caller);
+	PG_RETURN_DATUM(text_result("cancelled"));
+}

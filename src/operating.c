@@ -1,0 +1,208 @@
+/*-------------------------------------------------------------------------
+ *
+ * operating.c
+ *	  The entry points for running jobguard rather than a job: await,
+ *	  purge, stats, stats_reset and fast_path_status.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+
+#include "args.h"
+#include "stats.h"
+#include "store.h"
+
+/* How long await() sleeps between two looks, at first and at most. */
+#define AWAIT_FIRST_SLEEP_MS 2
+#define AWAIT_MAX_SLEEP_MS 100
+
+PG_FUNCTION_INFO_V1(jobguard_await);
+PG_FUNCTION_INFO_V1(jobguard_purge);
+PG_FUNCTION_INFO_V1(jobguard_stats);
+PG_FUNCTION_INFO_V1(jobguard_stats_reset);
+PG_FUNCTION_INFO_V1(jobguard_fast_path_status);
+
+/* is_terminal_job_state: succeeded, cancelled and failed never change back. */
+static bool
+is_terminal_job_state(const char *state)
+{
+	return strcmp(state, "succeeded") == 0 ||
+		strcmp(state, "cancelled") == 0 ||
+		strcmp(state, "failed") == 0;
+}
+
+/*
+ * jobguard.await(job_id, timeout) -> the job's state
+ *
+ * Waits until the job succeeds, fails or is cancelled, or the timeout
+ * passes, and returns the state at that moment.  It looks again with a
+ * fresh snapshot after short sleeps (2 ms, doubling up to 100 ms) on the
+ * process latch, so statement_timeout and cancel interrupt it at once.  A
+ * REPEATABLE READ or SERIALIZABLE snapshot could never see the outcome, so
+ * those isolation levels are refused.
+ */
+Datum
+jobguard_await(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		job_id = int64_arg(fcinfo, 0, "job_id");
+	Interval   *timeout;
+	int64		timeout_ms;
+	TimestampTz deadline;
+	long		sleep_ms = AWAIT_FIRST_SLEEP_MS;
+	char	   *state;
+
+	require_arg(fcinfo, 1, "timeout");
+	timeout = PG_GETARG_INTERVAL_P(1);
+	/* a day counts as 24 hours and a month as 30 days, as interval comparison does */
+	timeout_ms = timeout->time / 1000 +
+		((int64) timeout->month * DAYS_PER_MONTH + timeout->day) * SECS_PER_DAY * 1000;
+	if (timeout_ms < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"timeout\" of jobguard.await() must not be negative")));
+	if (IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("jobguard.await() cannot run in a %s transaction",
+						IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errdetail("Its snapshot could never see the job's outcome."),
+				 errhint("Call it in READ COMMITTED, or outside a transaction block.")));
+
+	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	for (;;)
+	{
+		long		remaining_ms;
+
+		store_connect(&caller);
+		if (!store_fresh_job_state(job_id, &state))
+			report_job_not_found(job_id);
+		store_finish(&caller);
+
+		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+		if (is_terminal_job_state(state) || remaining_ms <= 0)
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		sleep_ms = Min(sleep_ms * 2, AWAIT_MAX_SLEEP_MS);
+	}
+	PG_RETURN_DATUM(text_result(state));
+}
+
+/*
+ * jobguard.purge(older_than, batch_size) -> bigint
+ *
+ * Deletes jobs that are terminal (succeeded, cancelled, failed) since
+ * longer than older_than, with their attempts, batch_size at a time;
+ * returns how many jobs it deleted.  Jobs with an open attempt are never
+ * purged.  After purge an owner's key is free again: jobguard remembers a
+ * key for as long as its job exists.
+ */
+Datum
+jobguard_purge(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	Interval   *older_than;
+	int32		batch_size;
+	Interval	zero_interval = {0};
+	TimestampTz cutoff;
+	int64		deleted;
+
+	require_arg(fcinfo, 0, "older_than");
+	require_arg(fcinfo, 1, "batch_size");
+	older_than = PG_GETARG_INTERVAL_P(0);
+	batch_size = PG_GETARG_INT32(1);
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
+										 IntervalPGetDatum(&zero_interval))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"older_than\" of jobguard.purge() must not be negative")));
+	if (batch_size < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"batch_size\" of jobguard.purge() must be at least 1"),
+				 errdetail("It is %d.", batch_size)));
+
+	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+													 TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
+													 IntervalPGetDatum(older_than)));
+	store_connect(&caller);
+	deleted = store_purge(cutoff, batch_size);
+	store_finish(&caller);
+	PG_RETURN_INT64(deleted);
+}
+
+/*
+ * jobguard.stats() -> (metric, value) rows
+ *
+ * Jobs and attempts by state (counted from the tables now), then the event
+ * counters of this database since server start or stats_reset() — NULL
+ * when jobguard is not in shared_preload_libraries.
+ */
+Datum
+jobguard_stats(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+
+	InitMaterializedSRF(fcinfo, 0);
+	store_connect(&caller);
+	store_state_counts(rsinfo);
+	store_finish(&caller);
+
+	for (int c = 0; c < STAT_COUNT; c++)
+	{
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+		uint64		count;
+
+		values[0] = text_result(stats_counter_name((StatCounter) c));
+		if (stats_read((StatCounter) c, &count))
+			values[1] = Int64GetDatum((int64) count);
+		else
+			nulls[1] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	return (Datum) 0;
+}
+
+/* jobguard.stats_reset() -> void: zero this database's event counters. */
+Datum
+jobguard_stats_reset(PG_FUNCTION_ARGS)
+{
+	stats_reset();
+	PG_RETURN_VOID();
+}
+
+/*
+ * jobguard.fast_path_status() -> 'on' | 'off: <why>'
+ *
+ * Whether submit, begin_attempt and finish_attempt would write their rows
+ * directly right now, and if not, why (a trigger someone added, the
+ * setting, a read-only transaction).  Either way the answers are the same;
+ * off is slower.
+ */
+Datum
+jobguard_fast_path_status(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	const char *reason;
+	char	   *status;
+
+	/* as the tables' owner, who compiles their rules for every call */
+	store_connect(&caller);
+	reason = rows_unusable_reason();
+	status = store_keep_string(reason == NULL ? "on" : psprintf("off: %s", reason));
+	store_finish(&caller);
+	PG_RETURN_DATUM(text_result(status));
+}

@@ -1,0 +1,31 @@
+/*-------------------------------------------------------------------------
+ *
+ * states.h
+ *	  The state rules of SPEC.md (states.c): the names of the attempt
+ *	  states, the transitions each call may make, and the gate that lets a
+ *	  new attempt begin.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBGUARD_STATES_H
+#define JOBGUARD_STATES_H
+
+#include "rowtypes.h"
+
+/* The calls that move an attempt from one state to another. */
+typedef enum AttemptAction
+{
+	ACTION_FINISH,
+	ACTION_FAIL,
+	ACTION_MARK_UNKNOWN,
+	ACTION_CANCEL
+} AttemptAction;
+
+extern AttemptState attempt_state_from_name(const char *name);
+extern const char *attempt_state_name(AttemptState state);
+extern bool attempt_state_is_open(AttemptState state);
+extern void require_transition(AttemptAction action, const AttemptRow *attempt);
+extern void require_gate_open(const JobRow *job, const AttemptRow *last);
+extern void require_attempts_left(const JobRow *job, const AttemptRow *last);
+
+#endif							/* JOBGUARD_STATES_H */

@@ -1,0 +1,110 @@
+/*-------------------------------------------------------------------------
+ *
+ * store.h
+ *	  The one interface between jobguard's entry points and its tables, and
+ *	  the two interchangeable back ends behind it.
+ *
+ * The entry points call only store_* functions.  store.c (with
+ * store_sql.c and store_admin.c) implements every one of them with cached
+ * SPI plans.  For the hot calls of submit, begin_attempt and finish_attempt
+ * store.c first asks rows_usable() and, when it may, hands the call to the
+ * fast path instead: rows.c reads and writes the same rows through the
+ * table access method, under the same rules and locks, and must give
+ * exactly the same answers (every test suite runs with jobguard.fast_path
+ * on and off to check it).
+ *
+ * Callers bracket their work with store_connect() and store_finish().
+ * Values read from a row stay valid until store_finish().
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBGUARD_STORE_H
+#define JOBGUARD_STORE_H
+
+#include "postgres.h"
+
+#include "funcapi.h"
+#include "utils/timestamp.h"
+
+#include "rowtypes.h"
+#include "security.h"
+
+/* store.c: the connection a call works in, and the hot writes */
+extern void store_connect(SavedIdentity *caller);
+extern void store_finish(const SavedIdentity *caller);
+extern char *store_keep_string(const char *s);
+extern bool store_insert_job(Datum owner_id, Datum idempotency_key,
+							 Datum operation, Datum params, Datum provider,
+							 Datum max_attempts, bool max_attempts_null,
+							 int64 *job_id);
+extern bool store_match_job(Datum owner_id, Datum idempotency_key,
+							Datum operation, Datum params, Datum provider,
+							Datum max_attempts, bool max_attempts_null,
+							SubmitMatch *match);
+extern bool store_lock_job(int64 job_id, JobRow *job);
+extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
+extern int64 store_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+								 Datum timeout, Datum attempt_key,
+								 bool attempt_key_null);
+extern bool store_provider_certified(const char *operation, const char *provider);
+extern bool store_lock_attempt(int64 attempt_id, AttemptRow *attempt);
+extern bool store_read_for_finish(int64 attempt_id, AttemptRow *attempt,
+								  FinishJob *job);
+extern ClaimOutcome store_claim_and_swap(const AttemptRow *attempt, Datum result);
+extern bool store_winner_of(int64 job_id, int64 *winner);
+extern bool store_close_attempt(int64 attempt_id, AttemptState from,
+								AttemptState to, const char *error,
+								int64 lost_to, Datum lost_result);
+extern void store_mark_unknown(int64 attempt_id);
+extern void store_cancel_attempt(int64 attempt_id, Datum reason);
+extern void store_cancel_job(int64 job_id, Datum reason);
+
+/* store_admin.c: reads, operations and certifications, upkeep */
+extern bool store_job_state(int64 job_id, char **state);
+extern bool store_job_overview(int64 job_id, TupleDesc desc, MemoryContext cxt,
+							   Datum *row);
+extern bool store_attempts_of(int64 job_id, ReturnSetInfo *rsinfo);
+extern void store_define_operation(Datum operation, Datum contract);
+extern void store_certify_provider(Datum operation, Datum provider,
+								   Datum evidence, bool evidence_null);
+extern bool store_revoke_provider(Datum operation, Datum provider);
+extern bool store_operation_contract(Datum operation, int64 *version,
+									 Datum *contract);
+extern bool store_fresh_job_state(int64 job_id, char **state);
+extern uint64 store_sweep_overdue(int batch_size);
+extern int64 store_purge(TimestampTz cutoff, int batch_size);
+extern void store_state_counts(ReturnSetInfo *rsinfo);
+
+/*
+ * rows.c, rows_catalog.c: the fast path, the same hot reads and writes
+ * without SQL.  Only store.c calls the rows_* operations, after
+ * rows_usable() said yes; each has the contract of its store_* namesake.
+ */
+extern bool rows_fast_path;		/* GUC jobguard.fast_path */
+
+/* The calls that use rows.c, by the tables they lock. */
+typedef enum RowsCall
+{
+	ROWS_SUBMIT,
+	ROWS_BEGIN,
+	ROWS_FINISH
+} RowsCall;
+
+extern bool rows_usable(RowsCall call);
+extern const char *rows_unusable_reason(void);
+extern bool rows_insert_job(Datum owner_id, Datum idempotency_key,
+							Datum operation, Datum params, Datum provider,
+							Datum max_attempts, bool max_attempts_null,
+							int64 *job_id);
+extern bool rows_match_job(Datum owner_id, Datum idempotency_key,
+						   Datum operation, Datum params, Datum provider,
+						   Datum max_attempts, bool max_attempts_null,
+						   SubmitMatch *match);
+extern int64 rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+								Datum timeout, Datum attempt_key,
+								bool attempt_key_null);
+extern bool rows_read_for_finish(int64 attempt_id, AttemptRow *attempt,
+								 FinishJob *job);
+extern ClaimOutcome rows_claim_and_swap(const AttemptRow *attempt, Datum result);
+
+#endif							/* JOBGUARD_STORE_H */

@@ -1,0 +1,200 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_admin.c
+ *	  The SQL back end of store.h for everything but a job's hot path:
+ *	  reading jobs and attempts, defining operations and certifying
+ *	  providers, and the upkeep of sweep, purge and stats.
+ *
+ * None of these has a fast path: they run the statements of store_sql.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "executor/spi.h"
+#include "miscadmin.h"
+#include "utils/tuplestore.h"
+
+#include "store.h"
+#include "store_sql.h"
+
+/*
+ * store_job_state: the derived state of a job (from job_overview), kept
+ * so that it outlives store_finish().
+ */
+bool
+store_job_state(int64 job_id, char **state)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	char	   *s;
+
+	if (sql_run(STMT_JOB_STATE, values, NULL) == 0)
+		return false;
+	s = sql_column_text(1);
+	*state = store_keep_string(s);
+	return true;
+}
+
+/*
+ * store_job_overview: the job_overview row of a job, formed with the
+ * function's result descriptor in the caller's memory context.
+ */
+bool
+store_job_overview(int64 job_id, TupleDesc desc, MemoryContext cxt, Datum *row)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	Datum	   *columns;
+	bool	   *nulls;
+	MemoryContext old;
+
+	if (sql_run(STMT_JOB_OVERVIEW, values, NULL) == 0)
+		return false;
+	if (SPI_tuptable->tupdesc->natts != desc->natts)
+		elog(ERROR, "jobguard: job_overview has %d columns, jobguard.job() returns %d",
+			 SPI_tuptable->tupdesc->natts, desc->natts);
+
+	columns = palloc(desc->natts * sizeof(Datum));
+	nulls = palloc(desc->natts * sizeof(bool));
+	heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, columns, nulls);
+
+	old = MemoryContextSwitchTo(cxt);
+	*row = HeapTupleGetDatum(heap_form_tuple(desc, columns, nulls));
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * store_attempts_of: put the job's attempts, in order, into the
+ * materialized result set.  False if the job does not exist.
+ */
+bool
+store_attempts_of(int64 job_id, ReturnSetInfo *rsinfo)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	uint64		n;
+
+	n = sql_run(STMT_ATTEMPTS_OF, values, NULL);
+	if (n == 0)
+		return sql_run(STMT_JOB_EXISTS, values, NULL) > 0;
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	return true;
+}
+
+/* store_define_operation: set or replace an operation's output contract. */
+void
+store_define_operation(Datum operation, Datum contract)
+{
+	Datum		values[2] = {operation, contract};
+
+	sql_run(STMT_DEFINE_OPERATION, values, NULL);
+}
+
+/* store_certify_provider: certify a provider, or renew its certification. */
+void
+store_certify_provider(Datum operation, Datum provider,
+					   Datum evidence, bool evidence_null)
+{
+	Datum		values[3] = {operation, provider, evidence};
+	char		nulls[3] = {' ', ' ', evidence_null ? 'n' : ' '};
+
+	sql_run(STMT_CERTIFY_PROVIDER, values, nulls);
+}
+
+/* store_revoke_provider: revoke a certification; false if none was active. */
+bool
+store_revoke_provider(Datum operation, Datum provider)
+{
+	Datum		values[2] = {operation, provider};
+
+	return sql_run(STMT_REVOKE_PROVIDER, values, NULL) > 0;
+}
+
+/*
+ * store_operation_contract: the output contract of an operation and its
+ * version; false when the operation has none.
+ */
+bool
+store_operation_contract(Datum operation, int64 *version, Datum *contract)
+{
+	Datum		values[1] = {operation};
+	bool		isnull;
+
+	if (sql_run(STMT_OPERATION_CONTRACT, values, NULL) == 0)
+		return false;
+	*version = sql_column_int64(1, &isnull);
+	*contract = sql_column_value(2, &isnull);
+	return true;
+}
+
+/*
+ * store_fresh_job_state: a job's derived state read with a fresh snapshot,
+ * so that it sees what this call wrote and what other sessions committed
+ * meanwhile (a waiting call needs both).
+ */
+bool
+store_fresh_job_state(int64 job_id, char **state)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+
+	if (sql_run(STMT_FRESH_JOB_STATE, values, NULL) == 0)
+		return false;
+	*state = store_keep_string(sql_column_text(1));
+	return true;
+}
+
+/* store_sweep_overdue: mark up to batch_size overdue attempts unknown. */
+uint64
+store_sweep_overdue(int batch_size)
+{
+	Datum		values[1] = {Int32GetDatum(batch_size)};
+
+	return sql_run(STMT_SWEEP_OVERDUE, values, NULL);
+}
+
+/*
+ * store_purge: delete jobs terminal since before cutoff, with their
+ * attempts, a page of batch_size jobs at a time in id order.  Ids grow with
+ * creation time, so the scan stops at the first page created after the
+ * cut-off: a job created later cannot have ended earlier.  Returns how
+ * many jobs were deleted.
+ */
+int64
+store_purge(TimestampTz cutoff, int batch_size)
+{
+	int64		after = 0;
+	int64		deleted = 0;
+
+	for (;;)
+	{
+		Datum		values[3] = {TimestampTzGetDatum(cutoff), Int64GetDatum(after),
+		Int32GetDatum(batch_size)};
+		bool		isnull;
+		TimestampTz newest;
+
+		sql_run(STMT_PURGE_PAGE, values, NULL);
+		after = sql_column_int64(1, &isnull);
+		if (isnull)
+			break;				/* no jobs after this page */
+		deleted += sql_column_int64(2, &isnull);
+		newest = DatumGetTimestampTz(sql_column_value(3, &isnull));
+		if (newest >= cutoff)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	return deleted;
+}
+
+/*
+ * store_state_counts: put a (metric, value) row per job and attempt state
+ * into the materialized result set.
+ */
+void
+store_state_counts(ReturnSetInfo *rsinfo)
+{
+	uint64		n = sql_run(STMT_STATE_COUNTS, NULL, NULL);
+
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+}

@@ -1,0 +1,521 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_sql.c
+ *	  Every SQL statement jobguard runs, each prepared once per backend,
+ *	  kept, and run with $n parameters; and the readers of their results.
+ *
+ * This is the only file that holds SQL.  Every name in it is schema
+ * qualified and every operator is spelled OPERATOR(pg_catalog.x), so a
+ * caller's search_path cannot redirect anything.  The compare-and-swap that
+ * decides which attempt wins a job is STMT_CLAIM_AND_SWAP below.
+ *
+ * store.c and store_admin.c run these statements for the store_* functions
+ * of store.h.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "utils/builtins.h"
+
+#include "states.h"
+#include "store_sql.h"
+
+#define MAX_STATEMENT_ARGS 8
+
+/* A job's derived state; read with the caller's snapshot or a fresh one. */
+#define JOB_STATE_SQL \
+	"SELECT v.state FROM jobguard.job_overview v" \
+	" WHERE v.job_id OPERATOR(pg_catalog.=) $1"
+
+/*
+ * A job that is terminal (succeeded, cancelled, or failed: max_attempts
+ * attempts, none open) since before the cut-off $1, on alias j.  A job with
+ * an open attempt is never terminal here, whatever its state: its provider
+ * may still report, and that report must find its attempt.
+ */
+#define PURGEABLE_SQL \
+	"NOT EXISTS (SELECT 1 FROM jobguard.attempts o" \
+	"  WHERE o.job_id OPERATOR(pg_catalog.=) j.id" \
+	"  AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))" \
+	" AND COALESCE(j.completed_at, j.cancelled_at," \
+	"  (SELECT pg_catalog.max(COALESCE(f.finished_at, f.cancelled_at))" \
+	"     FROM jobguard.attempts f WHERE f.job_id OPERATOR(pg_catalog.=) j.id" \
+	"   HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>=) j.max_attempts))" \
+	"  OPERATOR(pg_catalog.<) $1"
+
+/* One statement: its text, argument types, and the SPI result it must give. */
+typedef struct StatementDef
+{
+	const char *name;
+	const char *sql;
+	int			nargs;
+	Oid			argtypes[MAX_STATEMENT_ARGS];
+	int			expected_rc;
+	bool		read_only;		/* run with the caller's snapshot */
+} StatementDef;
+
+/*
+ * The columns every attempt query returns, in this order, so that one
+ * reader (sql_read_attempt_row) serves all of them.
+ */
+#define ATTEMPT_COLUMNS \
+	"a.id, a.job_id, a.attempt_no, a.provider, a.state," \
+	" jobguard.attempt_state(a.state, a.deadline)," \
+	" a.read_version, a.deadline, a.attempt_key, a.lost_result"
+
+/* The job columns a finish needs, in the order read_finish_job reads them. */
+#define FINISH_JOB_COLUMNS \
+	"j.operation, j.completed_by, j.result, o.contract_version, o.output_contract"
+
+static const StatementDef statements[STMT_COUNT] = {
+	/*
+	 * The unique constraint decides who creates the job: no look-up first.
+	 * A concurrent identical insert waits here until the first commits or
+	 * rolls back.
+	 */
+	[STMT_INSERT_JOB] = {
+		"insert job",
+		"INSERT INTO jobguard.jobs AS j"
+		" (owner_id, idempotency_key, operation, params, provider, max_attempts)"
+		" VALUES ($1, $2, $3, $4, $5, $6)"
+		" ON CONFLICT (owner_id, idempotency_key) DO NOTHING"
+		" RETURNING j.id",
+		6, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/* The existing job for a key, and which parts of the request match it. */
+	[STMT_MATCH_JOB] = {
+		"match job",
+		"SELECT j.id,"
+		" j.operation OPERATOR(pg_catalog.=) $3,"
+		" j.params OPERATOR(pg_catalog.=) $4,"
+		" j.provider OPERATOR(pg_catalog.=) $5,"
+		" COALESCE(j.max_attempts OPERATOR(pg_catalog.=) $6,"
+		"          j.max_attempts IS NULL AND $6 IS NULL)"
+		" FROM jobguard.jobs j"
+		" WHERE j.owner_id OPERATOR(pg_catalog.=) $1"
+		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2",
+		6, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Lock the job row against concurrent begins, finishes and cancels.  NO
+	 * KEY UPDATE leaves the KEY SHARE lock of the attempts foreign key free.
+	 */
+	[STMT_LOCK_JOB] = {
+		"lock job",
+		"SELECT j.operation, j.provider, j.max_attempts, j.version,"
+		" j.completed_by, j.cancelled_at IS NOT NULL"
+		" FROM jobguard.jobs j"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" FOR NO KEY UPDATE",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/* The latest attempt: the only one that can be open. */
+	[STMT_LAST_ATTEMPT] = {
+		"last attempt",
+		"SELECT " ATTEMPT_COLUMNS
+		" FROM jobguard.attempts a"
+		" WHERE a.job_id OPERATOR(pg_catalog.=) $1"
+		" ORDER BY a.attempt_no DESC LIMIT 1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Begin the job's next attempt in one statement, with the gate in its
+	 * WHERE: the job is open, its latest attempt is not, attempts are left,
+	 * and a provider other than the job's own ($2) is certified.  Two begins
+	 * racing each other are decided by the partial unique index on open
+	 * attempts: ON CONFLICT makes the second wait for the first, and do
+	 * nothing if the first commits (as submit does with a key).  No row back
+	 * means refused; the caller then finds out why.
+	 */
+	[STMT_BEGIN_ATTEMPT] = {
+		"begin attempt",
+		"INSERT INTO jobguard.attempts AS a"
+		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
+		"  started_at, deadline)"
+		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
+		"  COALESCE($2, j.provider), 'started', j.version, $3,"
+		"  pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $4"
+		" FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($2 IS NULL OR $2 OPERATOR(pg_catalog.=) j.provider"
+		"   OR EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"    AND c.provider OPERATOR(pg_catalog.=) $2"
+		"    AND c.revoked_at IS NULL))"
+		" ON CONFLICT DO NOTHING"
+		" RETURNING a.id",
+		4, {INT8OID, TEXTOID, TEXTOID, INTERVALOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	[STMT_PROVIDER_CERTIFIED] = {
+		"provider certified",
+		"SELECT 1 FROM jobguard.certifications c"
+		" WHERE c.operation OPERATOR(pg_catalog.=) $1"
+		" AND c.provider OPERATOR(pg_catalog.=) $2"
+		" AND c.revoked_at IS NULL",
+		2, {TEXTOID, TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/* Lock one attempt: finishes, fails and cancels of it run one at a time. */
+	[STMT_LOCK_ATTEMPT] = {
+		"lock attempt",
+		"SELECT " ATTEMPT_COLUMNS
+		" FROM jobguard.attempts a"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1"
+		" FOR UPDATE",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * An attempt with its job and the operation's contract, in one snapshot
+	 * (one contract, never a mix).  No lock: the finish then claims the
+	 * attempt on condition that it is still in the state read here.
+	 */
+	[STMT_READ_FOR_FINISH] = {
+		"read for finish",
+		"SELECT " ATTEMPT_COLUMNS ", " FINISH_JOB_COLUMNS
+		" FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" LEFT JOIN jobguard.operations o"
+		"  ON o.operation OPERATOR(pg_catalog.=) j.operation"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Claim the attempt and run the compare-and-swap, in one statement.
+	 * "claimed" marks the attempt succeeded, but only if it is still in the
+	 * state the finish read ($5) — a concurrent finish, fail or cancel makes
+	 * it wait, then update nothing.  "won" is the compare-and-swap proper:
+	 * one UPDATE of the job row that takes the result slot only if no other
+	 * attempt has and the job is still at the version the attempt read when
+	 * it began (a cancel bumps it); under READ COMMITTED a concurrent winner
+	 * makes it wait, re-check the new row version and update nothing.
+	 * Returns (claimed, won) counts; a claimed attempt that did not win is
+	 * marked lost by the caller in the same transaction.
+	 */
+	[STMT_CLAIM_AND_SWAP] = {
+		"claim and compare-and-swap",
+		"WITH claimed AS ("
+		" UPDATE jobguard.attempts AS a"
+		" SET state = 'succeeded', finished_at = pg_catalog.now()"
+		" WHERE a.id OPERATOR(pg_catalog.=) $3 AND a.state OPERATOR(pg_catalog.=) $5"
+		" RETURNING a.id),"
+		" won AS ("
+		" UPDATE jobguard.jobs AS j"
+		" SET result = $4, completed_by = $3, completed_at = pg_catalog.now(),"
+		"  version = j.version OPERATOR(pg_catalog.+) 1"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND j.version OPERATOR(pg_catalog.=) $2"
+		" AND j.completed_by IS NULL"
+		" AND EXISTS (SELECT 1 FROM claimed)"
+		" RETURNING j.id)"
+		" SELECT (SELECT pg_catalog.count(*) FROM claimed),"
+		"  (SELECT pg_catalog.count(*) FROM won)",
+		5, {INT8OID, INT8OID, INT8OID, JSONBOID, TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	[STMT_WINNER_OF] = {
+		"winner of",
+		"SELECT j.completed_by FROM jobguard.jobs j"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * An attempt's outcome (lost or failed), written only while the
+	 * attempt is still in state $6: a finish that read the attempt without
+	 * a lock must not overwrite what a concurrent call decided meanwhile.
+	 */
+	[STMT_CLOSE_ATTEMPT] = {
+		"close attempt",
+		"UPDATE jobguard.attempts AS a"
+		" SET state = $2, finished_at = pg_catalog.now(), error = $3,"
+		"  lost_to = $4, lost_result = $5"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1"
+		" AND a.state OPERATOR(pg_catalog.=) $6",
+		6, {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID, TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_MARK_UNKNOWN] = {
+		"mark unknown",
+		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_CANCEL_ATTEMPT] = {
+		"cancel attempt",
+		"UPDATE jobguard.attempts AS a"
+		" SET state = 'cancelled', cancelled_at = pg_catalog.now(), cancel_reason = $2"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		2, {INT8OID, TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	/* Cancelling bumps the version, so every attempt begun before loses. */
+	[STMT_CANCEL_JOB] = {
+		"cancel job",
+		"UPDATE jobguard.jobs AS j"
+		" SET cancelled_at = pg_catalog.now(), cancel_reason = $2,"
+		"  version = j.version OPERATOR(pg_catalog.+) 1"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		2, {INT8OID, TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_JOB_STATE] = {
+		"job state",
+		JOB_STATE_SQL,
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	[STMT_JOB_OVERVIEW] = {
+		"job overview",
+		"SELECT v.* FROM jobguard.job_overview v"
+		" WHERE v.job_id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	[STMT_JOB_EXISTS] = {
+		"job exists",
+		"SELECT 1 FROM jobguard.jobs j WHERE j.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	[STMT_ATTEMPTS_OF] = {
+		"attempts of",
+		"SELECT v.* FROM jobguard.attempt_overview v"
+		" WHERE v.job_id OPERATOR(pg_catalog.=) $1"
+		" ORDER BY v.attempt_no",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	/* Every definition takes a fresh version, so caches see the change. */
+	[STMT_DEFINE_OPERATION] = {
+		"define operation",
+		"INSERT INTO jobguard.operations AS o"
+		" (operation, output_contract, contract_version, defined_at)"
+		" VALUES ($1, $2, pg_catalog.nextval('jobguard.contract_version_seq'),"
+		"  pg_catalog.now())"
+		" ON CONFLICT (operation) DO UPDATE"
+		" SET output_contract = EXCLUDED.output_contract,"
+		"  contract_version = EXCLUDED.contract_version,"
+		"  defined_at = EXCLUDED.defined_at",
+		2, {TEXTOID, JSONBOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_CERTIFY_PROVIDER] = {
+		"certify provider",
+		"INSERT INTO jobguard.certifications AS c"
+		" (operation, provider, evidence, certified_at, revoked_at)"
+		" VALUES ($1, $2, $3, pg_catalog.now(), NULL)"
+		" ON CONFLICT (operation, provider) DO UPDATE"
+		" SET evidence = EXCLUDED.evidence,"
+		"  certified_at = EXCLUDED.certified_at, revoked_at = NULL",
+		3, {TEXTOID, TEXTOID, JSONBOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_REVOKE_PROVIDER] = {
+		"revoke provider",
+		"UPDATE jobguard.certifications AS c SET revoked_at = pg_catalog.now()"
+		" WHERE c.operation OPERATOR(pg_catalog.=) $1"
+		" AND c.provider OPERATOR(pg_catalog.=) $2"
+		" AND c.revoked_at IS NULL",
+		2, {TEXTOID, TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_OPERATION_CONTRACT] = {
+		"operation contract",
+		"SELECT o.contract_version, o.output_contract FROM jobguard.operations o"
+		" WHERE o.operation OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		SPI_OK_SELECT, true
+	},
+	/* The same as STMT_JOB_STATE, but with a fresh snapshot each time. */
+	[STMT_FRESH_JOB_STATE] = {
+		"fresh job state",
+		JOB_STATE_SQL,
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Overdue started attempts, oldest deadline first, skipping any that a
+	 * finish or cancel holds locked right now.
+	 */
+	[STMT_SWEEP_OVERDUE] = {
+		"sweep overdue",
+		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"  SELECT o.id FROM jobguard.attempts o"
+		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'"
+		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		"   ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED))"
+		" AND a.state OPERATOR(pg_catalog.=) 'started'",
+		1, {INT4OID},
+		SPI_OK_UPDATE, false
+	},
+	/*
+	 * One page of purge: the next $3 jobs after id $2 in id order, and the
+	 * terminal ones among them deleted (their attempts go with them).
+	 * Returns the page's last id, how many were deleted, and the page's
+	 * newest creation time, which tells the caller when to stop.
+	 */
+	[STMT_PURGE_PAGE] = {
+		"purge page",
+		"WITH page AS ("
+		"  SELECT c.id, c.created_at FROM jobguard.jobs c"
+		"   WHERE c.id OPERATOR(pg_catalog.>) $2 ORDER BY c.id LIMIT $3),"
+		" gone AS ("
+		"  DELETE FROM jobguard.jobs AS j USING page"
+		"   WHERE j.id OPERATOR(pg_catalog.=) page.id AND " PURGEABLE_SQL
+		"  RETURNING j.id)"
+		" SELECT (SELECT pg_catalog.max(page.id) FROM page),"
+		"  (SELECT pg_catalog.count(*) FROM gone),"
+		"  (SELECT pg_catalog.max(page.created_at) FROM page)",
+		3, {TIMESTAMPTZOID, INT8OID, INT4OID},
+		SPI_OK_SELECT, false
+	},
+	/* How many jobs and attempts are in each state, zeros included. */
+	[STMT_STATE_COUNTS] = {
+		"state counts",
+		"SELECT x.metric, x.value FROM ("
+		" SELECT 1 AS kind, s.n, 'jobs.' OPERATOR(pg_catalog.||) s.state AS metric,"
+		"  (SELECT pg_catalog.count(*) FROM jobguard.job_overview v"
+		"    WHERE v.state OPERATOR(pg_catalog.=) s.state) AS value"
+		" FROM pg_catalog.unnest('{pending,running,unknown,succeeded,failed,cancelled}'::pg_catalog.text[])"
+		"  WITH ORDINALITY AS s(state, n)"
+		" UNION ALL"
+		" SELECT 2, s.n, 'attempts.' OPERATOR(pg_catalog.||) s.state,"
+		"  (SELECT pg_catalog.count(*) FROM jobguard.attempt_overview v"
+		"    WHERE v.state OPERATOR(pg_catalog.=) s.state)"
+		" FROM pg_catalog.unnest('{started,unknown,cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
+		"  WITH ORDINALITY AS s(state, n)) x"
+		" ORDER BY x.kind, x.n",
+		0, {0},
+		SPI_OK_SELECT, true
+	},
+};
+
+/* Plans prepared in this backend, kept for its lifetime. */
+static SPIPlanPtr prepared_plans[STMT_COUNT];
+
+/*
+ * prepared_plan: the kept plan of a statement, prepared on first use.  The
+ * plan cache re-plans it by itself when a table it uses changes (even a
+ * DROP and CREATE EXTENSION), so it is never prepared twice.
+ */
+static SPIPlanPtr
+prepared_plan(StatementId id)
+{
+	if (prepared_plans[id] == NULL)
+	{
+		const StatementDef *def = &statements[id];
+		SPIPlanPtr	plan;
+
+		/*
+		 * Generic plans: every statement here is a key lookup whose best
+		 * plan does not depend on the values, and a custom plan could pick
+		 * a partial index by a parameter's value (say, the index of started
+		 * attempts for state = 'started') that turns a lookup by id into a
+		 * scan.  It also spares re-planning on the first executions.
+		 */
+		plan = SPI_prepare_cursor(def->sql, def->nargs, (Oid *) def->argtypes,
+								  CURSOR_OPT_GENERIC_PLAN);
+		if (plan == NULL)
+			elog(ERROR, "jobguard: could not prepare statement \"%s\": %s",
+				 def->name, SPI_result_code_string(SPI_result));
+		if (SPI_keepplan(plan) != 0)
+			elog(ERROR, "jobguard: could not keep statement \"%s\"", def->name);
+		prepared_plans[id] = plan;
+	}
+	return prepared_plans[id];
+}
+
+/*
+ * sql_run: execute a statement with its parameters and check its result code.
+ * Returns the number of rows it returned or changed; the rows are in
+ * SPI_tuptable.  nulls is NULL when no parameter is NULL.
+ */
+uint64
+sql_run(StatementId id, Datum *values, const char *nulls)
+{
+	const StatementDef *def = &statements[id];
+	int			rc;
+
+	rc = SPI_execute_plan(prepared_plan(id), values, nulls, def->read_only, 0);
+	if (rc != def->expected_rc)
+		elog(ERROR, "jobguard: statement \"%s\" returned %s",
+			 def->name, SPI_result_code_string(rc));
+	return SPI_processed;
+}
+
+/* sql_column_value: column col (1-based) of row 0 of the last result. */
+Datum
+sql_column_value(int col, bool *isnull)
+{
+	return SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, col, isnull);
+}
+
+/* sql_column_int64: a bigint column of row 0 that may be NULL (then 0). */
+int64
+sql_column_int64(int col, bool *isnull)
+{
+	Datum		d = sql_column_value(col, isnull);
+
+	return *isnull ? 0 : DatumGetInt64(d);
+}
+
+/* sql_column_text: a text column of row 0 as a C string, or NULL. */
+char *
+sql_column_text(int col)
+{
+	bool		isnull;
+	Datum		d = sql_column_value(col, &isnull);
+
+	return isnull ? NULL : TextDatumGetCString(d);
+}
+
+/* sql_column_bool: a boolean column of row 0 that is never NULL. */
+bool
+sql_column_bool(int col)
+{
+	bool		isnull;
+	Datum		d = sql_column_value(col, &isnull);
+
+	return !isnull && DatumGetBool(d);
+}
+
+/* sql_read_attempt_row: fill an AttemptRow from row 0 (ATTEMPT_COLUMNS). */
+void
+sql_read_attempt_row(AttemptRow *attempt)
+{
+	bool		isnull;
+
+	attempt->id = sql_column_int64(1, &isnull);
+	attempt->job_id = sql_column_int64(2, &isnull);
+	attempt->attempt_no = DatumGetInt32(sql_column_value(3, &isnull));
+	attempt->provider = sql_column_text(4);
+	attempt->stored_state = attempt_state_from_name(sql_column_text(5));
+	attempt->state = attempt_state_from_name(sql_column_text(6));
+	attempt->read_version = sql_column_int64(7, &isnull);
+	attempt->deadline = DatumGetTimestampTz(sql_column_value(8, &isnull));
+	attempt->attempt_key = sql_column_text(9);
+	attempt->lost_result = sql_column_value(10, &isnull);
+	if (isnull)
+		attempt->lost_result = (Datum) 0;
+}

@@ -1,0 +1,59 @@
+/*-------------------------------------------------------------------------
+ *
+ * store_sql.h
+ *	  What the files of the SQL back end share (private to store.c,
+ *	  store_admin.c and store_sql.c): the statements by number, and how to
+ *	  run one and read its result.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBGUARD_STORE_SQL_H
+#define JOBGUARD_STORE_SQL_H
+
+#include "postgres.h"
+
+#include "rowtypes.h"
+
+/* The statements; the numbers index statements[] and prepared_plans[]. */
+typedef enum StatementId
+{
+	STMT_INSERT_JOB,
+	STMT_MATCH_JOB,
+	STMT_LOCK_JOB,
+	STMT_LAST_ATTEMPT,
+	STMT_BEGIN_ATTEMPT,
+	STMT_PROVIDER_CERTIFIED,
+	STMT_LOCK_ATTEMPT,
+	STMT_READ_FOR_FINISH,
+	STMT_CLAIM_AND_SWAP,
+	STMT_WINNER_OF,
+	STMT_CLOSE_ATTEMPT,
+	STMT_MARK_UNKNOWN,
+	STMT_CANCEL_ATTEMPT,
+	STMT_CANCEL_JOB,
+	STMT_JOB_STATE,
+	STMT_JOB_OVERVIEW,
+	STMT_JOB_EXISTS,
+	STMT_ATTEMPTS_OF,
+	STMT_DEFINE_OPERATION,
+	STMT_CERTIFY_PROVIDER,
+	STMT_REVOKE_PROVIDER,
+	STMT_OPERATION_CONTRACT,
+	STMT_FRESH_JOB_STATE,
+	STMT_SWEEP_OVERDUE,
+	STMT_PURGE_PAGE,
+	STMT_STATE_COUNTS,
+	STMT_COUNT
+} StatementId;
+
+/* How many columns ATTEMPT_COLUMNS (store_sql.c) returns. */
+#define ATTEMPT_COLUMN_COUNT 10
+
+extern uint64 sql_run(StatementId id, Datum *values, const char *nulls);
+extern Datum sql_column_value(int col, bool *isnull);
+extern int64 sql_column_int64(int col, bool *isnull);
+extern char *sql_column_text(int col);
+extern bool sql_column_bool(int col);
+extern void sql_read_attempt_row(AttemptRow *attempt);
+
+#endif							/* JOBGUARD_STORE_SQL_H */
