@@ -16,6 +16,7 @@
 #include "utils/lsyscache.h"
 
 #include "args.h"
+#include "store.h"
 #include "errcodes.h"
 
 /*
@@ -115,21 +116,50 @@ text_result(const char *s)
 {
 	return PointerGetDatum(cstring_to_text(s));
 }
-/* report_job_not_found: raise JG008 for a job id that names no job. */
+/*
+ * report_job_not_found: raise JG008 for a job id that names no job the
+ * caller may use (act on or read).  Job and attempt ids never coincide, so
+ * when the number is the id of an attempt the caller may use, DETAIL says
+ * so; another scope's job or attempt is answered as if it did not exist.
+ * Runs inside store_connect().
+ */
 void
 pg_attribute_noreturn()
-report_job_not_found(int64 job_id)
+report_job_not_found(int64 job_id, Oid caller, ScopeUse use)
 {
+	char	   *job_scope;
+	char	   *attempt_scope;
+
+	store_id_scopes(job_id, &job_scope, &attempt_scope);
+	if (attempt_scope != NULL && scopes_allow(caller, use, attempt_scope))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+				 errmsg("job %lld does not exist", (long long) job_id),
+				 errdetail("%lld is the id of an attempt, not of a job.", (long long) job_id),
+				 errhint("Pass a job id, as returned by jobguard.submit().")));
 	ereport(ERROR,
 			(errcode(ERRCODE_JG_JOB_NOT_FOUND),
 			 errmsg("job %lld does not exist", (long long) job_id)));
 }
 
-/* report_attempt_not_found: raise JG009 for an id that names no attempt. */
+/*
+ * report_attempt_not_found: raise JG009 for an id that names no attempt
+ * the caller may use; DETAIL says when the number is a job id instead.
+ */
 void
 pg_attribute_noreturn()
-report_attempt_not_found(int64 attempt_id)
+report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use)
 {
+	char	   *job_scope;
+	char	   *attempt_scope;
+
+	store_id_scopes(attempt_id, &job_scope, &attempt_scope);
+	if (job_scope != NULL && scopes_allow(caller, use, job_scope))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_ATTEMPT_NOT_FOUND),
+				 errmsg("attempt %lld does not exist", (long long) attempt_id),
+				 errdetail("%lld is the id of a job, not of an attempt.", (long long) attempt_id),
+				 errhint("Pass an attempt id, as returned by jobguard.begin_attempt().")));
 	ereport(ERROR,
 			(errcode(ERRCODE_JG_ATTEMPT_NOT_FOUND),
 			 errmsg("attempt %lld does not exist", (long long) attempt_id)));
