@@ -91,6 +91,8 @@ ALTER EXTENSION jobguard DROP SEQUENCE jobguard.jobs_id_seq;
 ALTER EXTENSION jobguard DROP SEQUENCE jobguard.attempts_id_seq;
 DROP SEQUENCE jobguard.jobs_id_seq;
 DROP SEQUENCE jobguard.attempts_id_seq;
+-- TRUNCATE jobguard.jobs ... RESTART IDENTITY starts the ids again
+ALTER SEQUENCE jobguard.id_seq OWNED BY jobguard.jobs.id;
 
 /*
  * configure_shard: make this database shard shard_no of shard_count.  Safe
