@@ -64,24 +64,23 @@ COMMENT ON SEQUENCE jobguard.id_seq IS 'ids of jobs and attempts alike: no numbe
 DO LANGUAGE plpgsql $$
 DECLARE
 	next_id bigint;
-	shard_no integer;
-	shard_count integer;
+	this_shard integer := 0;
+	shards integer := 1;
 BEGIN
-	SELECT pg_catalog.max(x.id) OPERATOR(pg_catalog.+) 1 INTO next_id
-	  FROM (SELECT pg_catalog.max(j.id) AS id FROM jobguard.jobs j
-			UNION ALL SELECT pg_catalog.max(a.id) FROM jobguard.attempts a
-			UNION ALL SELECT s.last_value FROM jobguard.jobs_id_seq s
-			UNION ALL SELECT s.last_value FROM jobguard.attempts_id_seq s) x;
-	SELECT s.shard_no, s.shard_count INTO shard_no, shard_count FROM jobguard.shard s;
-	IF shard_count IS NULL THEN
-		shard_no := 0;
-		shard_count := 1;
+	SELECT coalesce(max(x.id), 0) + 1 INTO next_id
+	  FROM (SELECT max(j.id) AS id FROM jobguard.jobs j
+			UNION ALL SELECT max(a.id) FROM jobguard.attempts a
+			UNION ALL SELECT s.last_value FROM jobguard.jobs_id_seq s WHERE s.is_called
+			UNION ALL SELECT s.last_value FROM jobguard.attempts_id_seq s WHERE s.is_called) x;
+	SELECT s.shard_no, s.shard_count INTO this_shard, shards FROM jobguard.shard s;
+	IF NOT FOUND THEN
+		this_shard := 0;
+		shards := 1;
 	END IF;
-	next_id := next_id OPERATOR(pg_catalog.+)
-		((shard_no OPERATOR(pg_catalog.-) next_id OPERATOR(pg_catalog.%) shard_count)
-		 OPERATOR(pg_catalog.+) shard_count) OPERATOR(pg_catalog.%) shard_count;
-	EXECUTE pg_catalog.format('ALTER SEQUENCE jobguard.id_seq INCREMENT BY %s MINVALUE 1 RESTART WITH %s',
-							  shard_count, next_id);
+	-- the first id above all of them whose remainder is this shard's number
+	next_id := next_id + ((this_shard - next_id % shards) + shards) % shards;
+	EXECUTE format('ALTER SEQUENCE jobguard.id_seq INCREMENT BY %s MINVALUE 1 RESTART WITH %s',
+				   shards, next_id);
 END
 $$;
 

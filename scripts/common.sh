@@ -6,7 +6,10 @@
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_MAJOR=${PG_MAJOR:-15}
-PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+# JOBGUARD_PGBIN: test against another installation of PostgreSQL (a
+# relocated copy, say, so that parallel checkouts do not install over each
+# other); the system's by default.
+PGBIN=${JOBGUARD_PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
 PG_CONFIG=$PGBIN/pg_config
 CLUSTER_DIR=
 
