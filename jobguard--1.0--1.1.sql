@@ -561,8 +561,9 @@ SELECT pg_catalog.pg_extension_config_dump('jobguard.grants', '');
  * ALTER DEFAULT PRIVILEGES in force for the installing role granted rights
  * on the new schema, tables and functions to other roles as they were
  * created: a client role could then write the tables directly or define
- * contracts.  Take every such grant back and say so.  Rights are given
- * only by the grant functions above.
+ * contracts.  Take every such grant back and say so (a WARNING: CREATE
+ * EXTENSION does not show a script's NOTICEs).  Rights are given only by
+ * the grant functions above.
  */
 DO LANGUAGE plpgsql $$
 DECLARE
@@ -606,7 +607,7 @@ BEGIN
 		END IF;
 	END LOOP;
 	IF cardinality(taken) > 0 THEN
-		RAISE NOTICE 'jobguard revoked the rights that default privileges gave % on its objects',
+		RAISE WARNING 'jobguard revoked the rights that default privileges gave % on its objects',
 			array_to_string(taken, ', ')
 			USING DETAIL = 'Only jobguard.grant_client(), grant_reader() and grant_operator() give rights on jobguard.';
 	END IF;

@@ -44,15 +44,17 @@ SELECT p.proname, p.prosecdef, l.lanname, p.prosqlbody IS NOT NULL AS bound_at_c
 DROP DATABASE regress_jg_install;
 
 -- default privileges in force for the installer reach none of the new
--- objects: they are taken back, with a NOTICE
+-- objects: they are taken back, with a WARNING
 CREATE DATABASE regress_jg_install;
 \c regress_jg_install
 ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO regress_jg_app;
 ALTER DEFAULT PRIVILEGES GRANT ALL ON SEQUENCES TO regress_jg_app;
 ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO regress_jg_app;
 ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO regress_jg_app;
+
 \set VERBOSITY default
 CREATE EXTENSION jobguard;
+
 \set VERBOSITY terse
 SELECT has_table_privilege('regress_jg_app', 'jobguard.jobs', 'UPDATE') AS update_jobs,
 	   has_table_privilege('regress_jg_app', 'jobguard.grants', 'INSERT') AS insert_grants,
