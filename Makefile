@@ -21,7 +21,7 @@ REGRESS      = submit attempts contracts security operations sharding fast_path 
 REGRESS_ON_UPDATED = $(filter-out install update,$(REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scopes
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race
 ISOLATION_OPTS = --load-extension=jobguard
 
 TAP_TESTS = 1
