@@ -1,5 +1,6 @@
 """doc/clients.md's Python example is examples/quickstart.py, verbatim, and
-it runs as the doc says."""
+it runs as the doc says; its PL/pgSQL block runs too, and the form the doc
+warns about fails."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import pathlib
 import re
 import subprocess
 import sys
+
+import psycopg
+import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 CLIENT = HERE.parent
@@ -34,3 +38,19 @@ def test_quickstart_runs(database: str) -> None:
                          text=True, check=True).stdout.splitlines()
     assert out[0] == "True won succeeded"
     assert re.fullmatch(r"key reused: job \d+ differs in params", out[1]), out
+
+
+def test_plpgsql_block_catches_by_sqlstate(database: str) -> None:
+    block = doc_block("<!-- example: clients/python/tests/test_docs.py PLPGSQL -->")
+    notices: list[str] = []
+    with psycopg.connect(dbname=database, autocommit=True) as c:
+        c.add_notice_handler(lambda d: notices.append(d.message_primary))
+        c.execute("""SELECT jobguard.submit('alice', 'order-42', 'charge',
+            '{"amount": 1999, "currency": "EUR"}', 'main-psp')""")
+        c.execute(block)
+        assert len(notices) == 1 and re.fullmatch(
+            r"key reused: Job \d+ was submitted with this key; this request differs in params\.",
+            notices[0]), notices
+        # what the doc says does not work: the condition name
+        with pytest.raises(psycopg.errors.UndefinedObject, match="unrecognized exception condition"):
+            c.execute(block.replace("SQLSTATE 'JG001'", "idempotency_key_reused"))
