@@ -12,6 +12,7 @@ let pool;
 test.before(async () => { pool = await setUp(); });
 test.after(async () => { await tearDown(pool); });
 
+// key: a fresh idempotency key; request: a charge request; newJob: a new job's id
 const key = () => `k-${randomUUID()}`;
 const request = (over = {}) => ({ ownerId: 'alice', idempotencyKey: key(), operation: 'charge',
   params: { amount: 1 }, provider: 'main-psp', ...over });

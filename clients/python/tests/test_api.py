@@ -32,6 +32,7 @@ def new_job(conn: Conn, **kw: Any) -> jobguard.JobId:
 
 
 def test_submit_accepts_a_dict_and_replays(conn: Conn) -> None:
+    """A dict is accepted for params; an equal request replays the job."""
     k = key()
     first = jobguard.submit(conn, "alice", k, "charge", {"amount": 10, "tags": ["a"]}, "main-psp")
     again = jobguard.submit(conn, "alice", k, "charge", {"tags": ["a"], "amount": 10}, "main-psp")
@@ -43,6 +44,7 @@ def test_submit_accepts_a_dict_and_replays(conn: Conn) -> None:
 
 
 def test_lifecycle_won_lost_and_job_reads(conn: Conn) -> None:
+    """Cancel, fail over, won and lost, and what job() and attempts() read."""
     job_id = new_job(conn)
     a1 = jobguard.begin_attempt(conn, job_id, timeout=timedelta(minutes=5))
     assert jobguard.job_state(conn, job_id) == "running"
@@ -61,6 +63,7 @@ def test_lifecycle_won_lost_and_job_reads(conn: Conn) -> None:
 
 
 def test_rejected_result_and_fail(conn: Conn) -> None:
+    """A result breaking the contract is rejected; fail opens the gate."""
     job_id = new_job(conn)
     a1 = jobguard.begin_attempt(conn, job_id)
     assert jobguard.finish(conn, a1, ["not", "an", "object"]) == "rejected"
@@ -70,12 +73,14 @@ def test_rejected_result_and_fail(conn: Conn) -> None:
 
 
 def test_attempt_key_replays_own_begin(conn: Conn) -> None:
+    """A begin retried with its attempt_key gets its own attempt back."""
     job_id = new_job(conn)
     a = jobguard.begin_attempt(conn, job_id, attempt_key="w1:1")
     assert jobguard.begin_attempt(conn, job_id, attempt_key="w1:1") == a
 
 
 def test_idempotency_key_reused(conn: Conn) -> None:
+    """JG001 carries the existing job, owner, key and what differs."""
     k = key()
     first = jobguard.submit(conn, "bob", k, "charge", {"amount": 1}, "main-psp")
     with pytest.raises(IdempotencyKeyReused) as ei:
@@ -89,6 +94,7 @@ def test_idempotency_key_reused(conn: Conn) -> None:
 
 
 def test_errors_are_psycopg_errors_and_registered(conn: Conn) -> None:
+    """psycopg itself raises the classes; they are psycopg errors and pickle."""
     # raised by psycopg itself from plain SQL, caught by the psycopg classes
     with pytest.raises(psycopg.DatabaseError) as ei:
         conn.execute("SELECT jobguard.job_state(987654321)")
@@ -106,6 +112,7 @@ def test_errors_are_psycopg_errors_and_registered(conn: Conn) -> None:
 
 
 def test_translate_maps_a_plain_database_error(conn: Conn) -> None:
+    """translate() turns a plain DatabaseError with a JG code into its class."""
     # what the client does should psycopg ever raise a JG code unregistered
     with pytest.raises(JobNotFound) as ei:
         conn.execute("SELECT jobguard.job_state(987654322)")
@@ -116,6 +123,7 @@ def test_translate_maps_a_plain_database_error(conn: Conn) -> None:
 
 
 def test_attempt_in_flight_names_the_blocker(conn: Conn) -> None:
+    """JG002 names the blocking attempt, its number, provider and state."""
     job_id = new_job(conn)
     a = jobguard.begin_attempt(conn, job_id, timeout=60)
     with pytest.raises(AttemptInFlight) as ei:
@@ -127,6 +135,7 @@ def test_attempt_in_flight_names_the_blocker(conn: Conn) -> None:
 
 
 def test_job_closed_succeeded_and_cancelled(conn: Conn) -> None:
+    """JG003 tells a succeeded job (completed_by) from a cancelled one."""
     job_id = new_job(conn)
     a = jobguard.begin_attempt(conn, job_id)
     jobguard.finish(conn, a, {"charge_id": "x"})
@@ -145,6 +154,7 @@ def test_job_closed_succeeded_and_cancelled(conn: Conn) -> None:
 
 
 def test_provider_not_certified(conn: Conn) -> None:
+    """JG004 names the provider, the operation and the job."""
     job_id = new_job(conn)
     with pytest.raises(ProviderNotCertified) as ei:
         jobguard.begin_attempt(conn, job_id, provider="cheap-psp")
@@ -153,6 +163,7 @@ def test_provider_not_certified(conn: Conn) -> None:
 
 
 def test_attempts_exhausted(conn: Conn) -> None:
+    """JG005 names the job and its max_attempts."""
     job_id = new_job(conn, max_attempts=1)
     jobguard.fail(conn, jobguard.begin_attempt(conn, job_id), "boom")
     with pytest.raises(AttemptsExhausted) as ei:
@@ -162,6 +173,7 @@ def test_attempts_exhausted(conn: Conn) -> None:
 
 
 def test_invalid_transition_and_result_mismatch(conn: Conn) -> None:
+    """JG006 names the attempt and its state; JG007 the attempt."""
     job_id = new_job(conn)
     a = jobguard.begin_attempt(conn, job_id)
     jobguard.fail(conn, a, "boom")
@@ -176,6 +188,7 @@ def test_invalid_transition_and_result_mismatch(conn: Conn) -> None:
 
 
 def test_attempt_not_found_and_argument_errors(conn: Conn) -> None:
+    """JG009, and psycopg's own classes for 22004 and 22023."""
     with pytest.raises(AttemptNotFound) as ei:
         jobguard.finish(conn, jobguard.AttemptId(987654321), {"charge_id": "x"})
     assert ei.value.attempt_id == 987654321
@@ -188,6 +201,7 @@ def test_attempt_not_found_and_argument_errors(conn: Conn) -> None:
 
 
 def test_a_refused_call_leaves_the_transaction_to_the_caller(database: str) -> None:
+    """In the caller's transaction an error aborts it, as any SQL error."""
     # in the caller's own transaction: the error aborts it, as any SQL error
     with psycopg.connect(dbname=database) as c:
         job_id = new_job(c)
@@ -199,6 +213,7 @@ def test_a_refused_call_leaves_the_transaction_to_the_caller(database: str) -> N
 
 
 def test_await_job_wakes_on_the_result(database: str, conn: Conn) -> None:
+    """await_job returns the state at the timeout, and wakes on a result."""
     job_id = new_job(conn)
     a = jobguard.begin_attempt(conn, job_id)
     assert jobguard.await_job(conn, job_id, 0.1) == "running"
@@ -219,6 +234,7 @@ def test_await_job_wakes_on_the_result(database: str, conn: Conn) -> None:
 
 
 def test_concurrent_identical_submits_are_one_job(database: str) -> None:
+    """Eight concurrent identical submits: one job, one created."""
     k = key()
     results: List[jobguard.Submitted] = []
     lock = threading.Lock()

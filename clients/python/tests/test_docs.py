@@ -28,10 +28,12 @@ def doc_block(marker: str) -> str:
 
 
 def test_doc_example_is_the_tested_file() -> None:
+    """The doc's Python block is examples/quickstart.py."""
     assert doc_block("<!-- example: clients/python/examples/quickstart.py -->") == EXAMPLE.read_text()
 
 
 def test_quickstart_runs(database: str) -> None:
+    """examples/quickstart.py prints what the doc says."""
     env = {**os.environ, "PGDATABASE": database,
            "PYTHONPATH": str(CLIENT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, str(EXAMPLE)], env=env, capture_output=True,
@@ -41,6 +43,7 @@ def test_quickstart_runs(database: str) -> None:
 
 
 def test_plpgsql_block_catches_by_sqlstate(database: str) -> None:
+    """The doc's PL/pgSQL block catches JG001; the condition name is refused."""
     block = doc_block("<!-- example: clients/python/tests/test_docs.py PLPGSQL -->")
     notices: list[str] = []
     with psycopg.connect(dbname=database, autocommit=True) as c:

@@ -112,6 +112,8 @@ function checkResponse(method, url, res, text) {
   checked.responses++;
 }
 
+// call: one HTTP request to the service, its response checked against
+// openapi.json; resolves to { status, headers, body (parsed JSON or text) }.
 async function call(method, url, { body, headers = {} } = {}) {
   const res = await fetch(base + url, {
     method,
@@ -124,6 +126,7 @@ async function call(method, url, { body, headers = {} } = {}) {
   return { status: res.status, headers: res.headers, body: json ? JSON.parse(text) : text || undefined };
 }
 
+// charge: a request body; submit: POST /jobs; begin: POST /jobs/{id}/attempts
 const charge = (amount) => ({ operation: 'charge', params: { amount, currency: 'EUR' }, provider: 'main-psp' });
 const submit = (owner, key, body, headers = {}) =>
   call('POST', '/jobs', { body, headers: { 'Idempotency-Key': key, 'X-Owner-Id': owner, ...headers } });
