@@ -3,10 +3,13 @@
 # throwaway PostgreSQL cluster that is removed again on exit.
 #
 # Source it; it defines functions and sets ROOT, PG_MAJOR, PGBIN, PG_CONFIG.
+# JOBGUARD_PGBIN names another PostgreSQL bin directory to build, install
+# and test with (a private copy of the tree, on a machine whose system
+# PostgreSQL is shared); the default is Debian's.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_MAJOR=${PG_MAJOR:-15}
-PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PGBIN=${JOBGUARD_PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
 PG_CONFIG=$PGBIN/pg_config
 CLUSTER_DIR=
 
