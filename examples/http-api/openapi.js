@@ -17,7 +17,7 @@ const common = {
   503: { $ref: '#/components/responses/Unavailable' },
 };
 const idParam = (name, description) => ({
-  name, in: 'path', required: true, description, schema: { type: 'string', pattern: '^[0-9]{1,18}$' },
+  name, in: 'path', required: true, description, schema: { type: 'string', pattern: '^[0-9]{1,15}$' },
 });
 const jobId = idParam('job_id', 'a job id');
 const attemptId = idParam('attempt_id', 'an attempt id');

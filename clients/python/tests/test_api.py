@@ -253,3 +253,13 @@ def test_concurrent_identical_submits_are_one_job(database: str) -> None:
         t.join()
     assert len({r.job_id for r in results}) == 1
     assert sorted(r.created for r in results) == [False] * 7 + [True]
+
+
+def test_await_job_is_refused_under_repeatable_read(database: str) -> None:
+    """await_job under REPEATABLE READ: the server's 0A000, as psycopg's class."""
+    with psycopg.connect(dbname=database) as c:
+        job_id = new_job(c)
+        c.commit()
+        c.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            jobguard.await_job(c, job_id, 1)
