@@ -16,7 +16,7 @@ OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o
 DATA        = jobguard--1.0.sql jobguard--1.1.sql jobguard--1.0--1.1.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit attempts contracts security operations sharding fast_path scopes install update
+REGRESS      = submit attempts contracts security operations sharding fast_path scopes install update limits
 # what make test runs again on the database update leaves behind (updated from 1.0)
 REGRESS_ON_UPDATED = $(filter-out install update,$(REGRESS))
 REGRESS_OPTS = --load-extension=jobguard

@@ -187,6 +187,7 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	Oid			userid = GetUserId();
 	AttemptRow	attempt;
 
+	require_payload_size(error, "error");
 	store_connect(&caller);
 	lock_attempt(attempt_id, userid, &attempt);
 	require_transition(ACTION_FAIL, &attempt);

@@ -86,6 +86,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	Datum		columns[2];
 	bool		nulls[2] = {false, false};
 
+	require_payload_size(params, "params");
 	if (!max_attempts_null && DatumGetInt32(max_attempts) < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
