@@ -16,7 +16,7 @@ SELECT bool_and(id % 4 = 2) AS all_job_ids_on_shard_2 FROM jobguard.jobs;
 SELECT bool_and(id % 4 = 2) AS all_attempt_ids_on_shard_2 FROM jobguard.attempts;
 
 -- once jobs exist, another configuration is refused; the same one is not
--- (a shard restored from pg_dump re-applies it to get its sequences back)
+-- (a shard restored from pg_dump re-applies it to get its id sequence back)
 SELECT jobguard.configure_shard(1, 4);
 SELECT jobguard.configure_shard(2, 8);
 SELECT jobguard.configure_shard(2, 4);
