@@ -39,6 +39,17 @@ SELECT jobguard.begin_attempt(:j, timeout => '1 hour', attempt_key => 'worker-1'
 SELECT jobguard.submit('carol', 'order-1', 'refund', '[1, 2, 3]', 'stripe');
 SELECT jobguard.revoke_provider('charge', 'adyen');
 SELECT jobguard.certify_provider('charge', 'worldpay');
+-- key policies and scope grants are configuration that must survive too
+SELECT jobguard.set_key_policy('charge', retention => '30 days', identity => ARRAY['amount'],
+							   after_failure => 'new_job');
+SELECT jobguard.set_key_policy('refund', retention => '1 hour');
+DO $$ BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dump_shop') THEN CREATE ROLE dump_shop; END IF;
+END $$;
+SELECT jobguard.grant_client('dump_shop', 'shop');
+SET ROLE dump_shop;
+SELECT jobguard.submit('dave', 'order-1', 'charge', '{"amount": 9}', 'stripe');
+RESET ROLE;
 });
 
 # Everything jobguard stores, as one canonical text.
@@ -48,6 +59,9 @@ SELECT string_agg(t, E'\n') FROM (
   UNION ALL SELECT 'attempt ' || a::text FROM jobguard.attempts a
   UNION ALL SELECT 'operation ' || o::text FROM jobguard.operations o
   UNION ALL SELECT 'certification ' || c::text FROM jobguard.certifications c
+  UNION ALL SELECT 'policy ' || (p.operation, p.retention, p.identity, p.after_failure)::text
+    FROM jobguard.policies p
+  UNION ALL SELECT 'grant ' || (g.role, g.kind, g.scope, g.payloads)::text FROM jobguard.grants g
   ORDER BY 1) s
 };
 my $before = $node->safe_psql('app', $everything);
@@ -63,7 +77,7 @@ $node->command_ok(
 	'pg_restore into a new database');
 
 my $after = $node->safe_psql('restored', $everything);
-is($after, $before, 'jobs, attempts, results, lost results, contracts and certifications all restored');
+is($after, $before, 'jobs, attempts, results, lost results, contracts, certifications, key policies and scope grants all restored');
 is($node->safe_psql('restored', 'SELECT count(*) FROM jobguard.check_invariants()'),
 	'0', 'every invariant holds after the restore');
 
@@ -99,6 +113,14 @@ like($err, qr/already has an attempt in flight/, 'the restored open attempt stil
 is($node->safe_psql('restored',
 		"SELECT jobguard.begin_attempt($running, timeout => '1 hour', attempt_key => 'worker-1') IS NOT NULL"),
 	't', 'its worker can still replay its begin');
+
+# the restored key policy and scope grants are in force
+is($node->safe_psql('restored',
+		q{SELECT created FROM jobguard.submit('alice', 'order-1', 'charge', '{"amount": 100, "trace": "x"}', 'stripe')}),
+	'f', 'the restored identity policy makes a different trace id a replay');
+is($node->safe_psql('restored',
+		q{SET ROLE dump_shop; SELECT jobguard.caller_scope() || ' ' || count(*) FROM jobguard.job_overview GROUP BY 1}),
+	'shop 1', 'the restored grant keeps the client role in its scope, seeing its own job only');
 
 $node->stop;
 done_testing();
