@@ -14,7 +14,7 @@ OBJS        = src/jobguard.o src/store.o src/states.o src/contract.o src/securit
 DATA        = jobguard--1.0.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit attempts contracts security operations sharding fast_path
+REGRESS      = submit attempts contracts security operations sharding fast_path fast_path_rules
 REGRESS_OPTS = --load-extension=jobguard
 
 ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl
