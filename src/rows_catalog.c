@@ -154,7 +154,8 @@ dependency_invalidate(Datum arg, int cache_id, uint32 hash_value)
 /*
  * compile_expression: plan an expression as the executor would and
  * compile it into the current memory; when kept (in the catalog), also
- * remember what it depends on.
+ * remember what it depends on.  The expression is copied first: its plan
+ * shares constants with it.
  */
 static ExprState *
 compile_expression(Expr *expr, bool kept)
@@ -163,6 +164,8 @@ compile_expression(Expr *expr, bool kept)
 	List	   *items = NIL;
 	ListCell   *lc;
 	Expr	   *planned;
+
+	expr = copyObject(expr);
 
 	if (!kept)
 		return ExecInitExpr(expression_planner(expr), NULL);
