@@ -7,6 +7,8 @@
 #   make demo                 the same set-up, then the double-click story
 #   make bench                the benchmark against the SQL floor and the peers
 #   make bench-growth         growth, bloat and memory over millions of jobs
+#   make test-random          the differential random test, long (10 minutes)
+#   make test-valgrind        the SQL suites against a server under valgrind
 
 EXTENSION   = jobguard
 MODULE_big  = jobguard
@@ -35,9 +37,17 @@ all install installcheck:
 	@exit 1
 endif
 
-.PHONY: test demo bench bench-growth
+.PHONY: test demo bench bench-growth test-random test-valgrind
 test:
 	@scripts/run-tests
+
+# the differential random test for RANDOM_MINUTES (default 10) minutes
+test-random:
+	@scripts/run-random
+
+# the pg_regress and isolation suites on a server run under valgrind
+test-valgrind:
+	@scripts/run-valgrind
 
 demo:
 	@scripts/run-demo

@@ -20,7 +20,7 @@ as_root() {
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
-		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl "$@"; do
+		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl python3-psycopg "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")
 	done
