@@ -13,17 +13,21 @@
  *  - reads are index look-ups with the snapshot a statement would take
  *    (a fresh one under READ COMMITTED, the transaction's otherwise);
  *  - inserts are speculative insertions, as INSERT ... ON CONFLICT DO
- *    NOTHING makes them: a concurrent inserter of the same key is waited
- *    for, and a conflict inserts nothing;
+ *    NOTHING makes them, with the arbiter indexes the planner would infer:
+ *    a concurrent inserter of the same key is waited for, and a conflict
+ *    inserts nothing;
+ *  - a write first checks what the executor checks when a statement starts
+ *    (CheckValidResultRel: a published table's replica identity);
  *  - updates are conditional, as UPDATE ... WHERE makes them: a row changed
  *    concurrently is locked in its newest version and the condition is
  *    checked again under READ COMMITTED, and is a serialization failure
  *    under REPEATABLE READ and SERIALIZABLE;
  *  - every rule of the table still holds: the columns' defaults, NOT
- *    NULL, the columns' domains, the CHECK constraints (defaults and checks
- *    compiled once per backend instead of once per statement), unique and
- *    partial indexes, and the foreign key from an attempt to its job (its
- *    job row is locked FOR KEY SHARE, as the foreign key's trigger would;
+ *    NULL, the columns' domains, the CHECK constraints (planned once per
+ *    backend instead of once per statement, unless they call a user's
+ *    function: see TableRules), unique and partial indexes, and the
+ *    foreign key from an attempt to its job (its job row is locked FOR KEY
+ *    SHARE, as the foreign key's trigger would;
  *    the lock is taken before the insert, and a job deleted meanwhile is
  *    refused as missing, JG008, rather than with the foreign key's 23503).
  *
@@ -509,7 +513,7 @@ insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
 	const AttrNumber *a = cat->job_att;
 	RowWriter	w;
 	Snapshot	snap = begin_statement();
-		bool		inserted;
+	bool		inserted;
 
 	writer_open(&w, cat->jobs, &cat->job_rules, CMD_INSERT);
 	new_row_start(&w);

@@ -3,9 +3,10 @@
  * rows_catalog.c
  *	  What the fast path (src/rows.c) knows of jobguard's tables, and
  *	  whether it may run: the tables' OIDs, the unique indexes it reads
- *	  through, the attribute numbers of the columns, and the tables' own
- *	  rules compiled once per backend (column defaults, domains, CHECK
- *	  constraints).
+ *	  through (and the arbiters of submit's ON CONFLICT), the attribute
+ *	  numbers of the columns, and the tables' own rules (column defaults,
+ *	  domains, CHECK constraints), planned when a call first needs them and
+ *	  kept unless they call a user's function (see TableRules).
  *
  * The knowledge is cached per backend and marked stale by relcache and
  * syscache invalidations: of the four tables, of relations, functions and
