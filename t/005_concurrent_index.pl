@@ -16,7 +16,7 @@ use lib $FindBin::RealBin;
 use JobguardCheck;
 
 my $clients = 6;
-my $iterations = 3000;
+my $iterations = 5000;
 
 my $node = PostgreSQL::Test::Cluster->new('reindex');
 $node->init;
