@@ -7,6 +7,8 @@
 #   make demo                 the same set-up, then the double-click story
 #   make bench                the benchmark against the SQL floor and the peers
 #   make bench-growth         growth, bloat and memory over millions of jobs
+#   make test-random          the differential random test, long (10 minutes)
+#   make test-valgrind        the SQL suites against a server under valgrind
 
 EXTENSION   = jobguard
 MODULE_big  = jobguard
@@ -16,7 +18,7 @@ OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o
 DATA        = jobguard--1.0.sql jobguard--1.1.sql jobguard--1.0--1.1.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy
+JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy fast_path_rules
 REGRESS      = $(JOBGUARD_REGRESS)
 # what make test runs again on the database update leaves behind (updated from 1.0)
 REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
@@ -40,9 +42,17 @@ all install installcheck:
 	@exit 1
 endif
 
-.PHONY: test demo bench bench-growth
+.PHONY: test demo bench bench-growth test-random test-valgrind
 test:
 	@scripts/run-tests
+
+# the differential random test for RANDOM_MINUTES (default 10) minutes
+test-random:
+	@scripts/run-random
+
+# the pg_regress and isolation suites on a server run under valgrind
+test-valgrind:
+	@scripts/run-valgrind
 
 demo:
 	@scripts/run-demo

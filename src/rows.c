@@ -13,17 +13,21 @@
  *  - reads are index look-ups with the snapshot a statement would take
  *    (a fresh one under READ COMMITTED, the transaction's otherwise);
  *  - inserts are speculative insertions, as INSERT ... ON CONFLICT DO
- *    NOTHING makes them: a concurrent inserter of the same key is waited
- *    for, and a conflict inserts nothing;
+ *    NOTHING makes them, with the arbiter indexes the planner would infer:
+ *    a concurrent inserter of the same key is waited for, and a conflict
+ *    inserts nothing;
+ *  - a write first checks what the executor checks when a statement starts
+ *    (CheckValidResultRel: a published table's replica identity);
  *  - updates are conditional, as UPDATE ... WHERE makes them: a row changed
  *    concurrently is locked in its newest version and the condition is
  *    checked again under READ COMMITTED, and is a serialization failure
  *    under REPEATABLE READ and SERIALIZABLE;
  *  - every rule of the table still holds: the columns' defaults, NOT
- *    NULL, the columns' domains, the CHECK constraints (defaults and checks
- *    compiled once per backend instead of once per statement), unique and
- *    partial indexes, and the foreign key from an attempt to its job (its
- *    job row is locked FOR KEY SHARE, as the foreign key's trigger would;
+ *    NULL, the columns' domains, the CHECK constraints (planned once per
+ *    backend instead of once per statement, unless they call a user's
+ *    function: see TableRules), unique and partial indexes, and the
+ *    foreign key from an attempt to its job (its job row is locked FOR KEY
+ *    SHARE, as the foreign key's trigger would;
  *    the lock is taken before the insert, and a job deleted meanwhile is
  *    refused as missing, JG008, rather than with the foreign key's 23503).
  *
@@ -170,11 +174,21 @@ typedef struct RowWriter
 	TupleTableSlot *old_row;
 	bool	   *assigned;
 	TableRules *rules;
+	CompiledRules defaults;		/* an insert's: compiled when opened */
+	CompiledRules checks;		/* compiled when the first row is checked */
+	bool		checks_ready;
 } RowWriter;
 
-/* writer_open: open a table for writes (speculative: ON CONFLICT ready). */
+/*
+ * writer_open: open a table for the writes of one statement, an INSERT ...
+ * ON CONFLICT (CMD_INSERT, speculative insertion ready) or an UPDATE, with
+ * what the executor checks when it starts such a statement: that the
+ * table may take it (CheckValidResultRel: an UPDATE of a table that
+ * publishes updates needs a replica identity) and, for an insert, the
+ * plan of the columns' defaults.
+ */
 static void
-writer_open(RowWriter *w, Oid relid, TableRules *rules, bool speculative)
+writer_open(RowWriter *w, Oid relid, TableRules *rules, CmdType cmd)
 {
 	MemoryContext old;
 
@@ -188,12 +202,17 @@ writer_open(RowWriter *w, Oid relid, TableRules *rules, bool speculative)
 	w->rri = makeNode(ResultRelInfo);
 	/* no range table: index inserts then treat all key columns as unchanged */
 	InitResultRelInfo(w->rri, w->rel, 0, NULL, 0);
-	ExecOpenIndices(w->rri, speculative);
+	CheckValidResultRel(w->rri, cmd);
+	ExecOpenIndices(w->rri, cmd == CMD_INSERT);
 	w->new_row = MakeSingleTupleTableSlot(RelationGetDescr(w->rel), &TTSOpsVirtual);
 	w->old_row = table_slot_create(w->rel, NULL);
 	w->assigned = palloc0(sizeof(bool) * rules->natts);
 	MemoryContextSwitchTo(old);
 	w->rules = rules;
+	w->checks_ready = false;
+	memset(&w->defaults, 0, sizeof(w->defaults));
+	if (cmd == CMD_INSERT)
+		rows_rules_defaults(rules, w->rel, w->estate, &w->defaults);
 }
 
 /* writer_close: release what writer_open() took (the lock stays). */
@@ -239,12 +258,12 @@ set(RowWriter *w, AttrNumber att, Datum value, bool isnull)
 static void
 new_row_defaults(RowWriter *w)
 {
-	ExprContext *econtext = w->rules->econtext;
+	ExprContext *econtext = w->defaults.econtext;
 	TupleDesc	desc = RelationGetDescr(w->rel);
 
 	for (int i = 0; i < w->rules->natts; i++)
 	{
-		ExprState  *state = w->rules->default_state[i];
+		ExprState  *state = w->defaults.state[i];
 		Form_pg_attribute att = TupleDescAttr(desc, i);
 		bool		isnull;
 		Datum		value;
@@ -293,7 +312,7 @@ check_row(RowWriter *w, bool is_update)
 	TupleTableSlot *slot = w->new_row;
 	TupleDesc	desc = slot->tts_tupleDescriptor;
 	TableRules *rules = w->rules;
-	ExprContext *econtext = rules->econtext;
+	ExprContext *econtext;
 
 	/* a CHECK may read tableoid, which the executor sets first */
 	slot->tts_tableOid = RelationGetRelid(w->rel);
@@ -313,9 +332,17 @@ check_row(RowWriter *w, bool is_update)
 							NameStr(att->attname), RelationGetRelationName(w->rel)),
 					 errtablecol(w->rel, i + 1)));
 	}
+	if (rules->ncheck == 0)
+		return;
+	if (!w->checks_ready)
+	{
+		rows_rules_checks(rules, w->rel, w->estate, &w->checks);
+		w->checks_ready = true;
+	}
+	econtext = w->checks.econtext;
 	econtext->ecxt_scantuple = slot;
 	for (int i = 0; i < rules->ncheck; i++)
-		if (!ExecCheck(rules->check_state[i], econtext))
+		if (!ExecCheck(w->checks.state[i], econtext))
 			ereport(ERROR,
 					(errcode(ERRCODE_CHECK_VIOLATION),
 					 errmsg("new row for relation \"%s\" violates check constraint \"%s\"",
@@ -488,10 +515,9 @@ insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 	const AttrNumber *a = cat->job_att;
 	RowWriter	w;
 	Snapshot	snap = begin_statement();
-	List	   *arbiters = list_make1_oid(cat->jobs_owner_key);
 	bool		inserted;
 
-	writer_open(&w, cat->jobs, &cat->job_rules, true);
+	writer_open(&w, cat->jobs, &cat->job_rules, CMD_INSERT);
 	new_row_start(&w);
 	set(&w, a[JOB_OWNER_ID], owner_id, false);
 	set(&w, a[JOB_IDEMPOTENCY_KEY], idempotency_key, false);
@@ -501,7 +527,7 @@ insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 	set(&w, a[JOB_MAX_ATTEMPTS], max_attempts, max_attempts_null);
 	set(&w, a[JOB_SCOPE], scope, false);
 	/* id, version and created_at: the columns' defaults, as in SQL */
-	inserted = insert_unless_conflict(&w, arbiters, snap);
+	inserted = insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 	if (inserted)
 		*job_id = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
 	writer_close(&w);
@@ -707,7 +733,7 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 	bool		open = true;
 	int64		id = 0;
 
-	writer_open(&w, cat->attempts, &cat->attempt_rules, true);
+	writer_open(&w, cat->attempts, &cat->attempt_rules, CMD_INSERT);
 	if (read_job(cat, jobs, job_id, scope, snap, job_slot, &job) &&
 		!job.completed && !job.cancelled)
 	{
@@ -888,22 +914,23 @@ claim_and_swap(const AttemptRow *attempt, Datum result)
 	RowsCatalog *cat = rows_active_catalog();
 	Snapshot	snap = begin_statement();
 	ClaimArgs	args = {cat, attempt, result, now_timestamp()};
-	RowWriter	w;
+	RowWriter	claim;
+	RowWriter	swap;
 	ClaimOutcome outcome = CLAIM_CHANGED;
 
-	writer_open(&w, cat->attempts, &cat->attempt_rules, false);
-	if (update_if(&w, cat->attempts_pkey, attempt->id, snap,
+	/* one statement updating both tables: both are checked before either */
+	writer_open(&claim, cat->attempts, &cat->attempt_rules, CMD_UPDATE);
+	writer_open(&swap, cat->jobs, &cat->job_rules, CMD_UPDATE);
+	if (update_if(&claim, cat->attempts_pkey, attempt->id, snap,
 				  claim_condition, claim_change, &args))
-		outcome = CLAIM_LOST;
-	writer_close(&w);
-	if (outcome == CLAIM_LOST)
 	{
-		writer_open(&w, cat->jobs, &cat->job_rules, false);
-		if (update_if(&w, cat->jobs_pkey, attempt->job_id, snap,
+		outcome = CLAIM_LOST;
+		if (update_if(&swap, cat->jobs_pkey, attempt->job_id, snap,
 					  swap_condition, swap_change, &args))
 			outcome = CLAIM_WON;
-		writer_close(&w);
 	}
+	writer_close(&swap);
+	writer_close(&claim);
 	end_statement();
 	return outcome;
 }

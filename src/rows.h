@@ -86,20 +86,39 @@ typedef enum CertificationColumn
 } CertificationColumn;
 
 /*
- * The rules of one table that a write applies itself, compiled once: the
- * default of each column, the domain of each column, and the CHECK
- * constraints — what the executor rebuilds for every statement.
+ * Compiled expressions of one kind (column defaults or CHECK constraints)
+ * of one table, ready to evaluate in econtext.
+ */
+typedef struct CompiledRules
+{
+	ExprState **state;			/* defaults: per attribute, NULL if none;
+								 * checks: one per constraint */
+	ExprContext *econtext;		/* to evaluate them in */
+} CompiledRules;
+
+/*
+ * The rules of one table that a write applies itself: the default of each
+ * column, the domain of each column, and the CHECK constraints.  Nothing
+ * is planned when the catalog is built: a table's defaults are compiled
+ * when a call first inserts into it and its CHECK constraints when a call
+ * first checks a row of it, as the executor plans them only for the table
+ * a statement writes.  Rules that call no user-defined function are kept
+ * for later calls (planning them again would give the same result);
+ * rules that do are planned again for every statement, as the executor
+ * does, because planning evaluates an IMMUTABLE function called with
+ * constants, and a user's function may be IMMUTABLE in name only.
  */
 typedef struct TableRules
 {
 	int			natts;
-	ExprState **default_state;	/* per attribute, NULL if no default */
 	Oid		   *domain_type;	/* per attribute, InvalidOid if no domain */
 	void	  **domain_cache;	/* per attribute, domain_check()'s cache */
 	int			ncheck;
-	ExprState **check_state;
 	char	  **check_name;
-	ExprContext *econtext;		/* long-lived, to evaluate the above in */
+	bool		defaults_kept;	/* defaults compiled and kept below */
+	CompiledRules defaults;
+	bool		checks_kept;	/* checks compiled and kept below */
+	CompiledRules checks;
 	MemoryContext cxt;			/* where all of this lives */
 } TableRules;
 
@@ -121,6 +140,7 @@ typedef struct RowsCatalog
 	Oid			certifications;
 	Oid			jobs_pkey;
 	Oid			jobs_owner_key;
+	List	   *jobs_arbiters;	/* ON CONFLICT (owner_id, idempotency_key)'s */
 	Oid			attempts_pkey;
 	Oid			attempts_job_attempt_no;
 	Oid			operations_pkey;
@@ -141,5 +161,14 @@ extern int	rows_depth;
 
 /* The catalog rows_usable() approved for the running call. */
 extern RowsCatalog *rows_active_catalog(void);
+
+/*
+ * A table's compiled defaults and CHECK constraints for the statement
+ * whose executor state is estate (kept ones, or compiled in estate).
+ */
+extern void rows_rules_defaults(TableRules *rules, Relation rel, EState *estate,
+								CompiledRules *out);
+extern void rows_rules_checks(TableRules *rules, Relation rel, EState *estate,
+							  CompiledRules *out);
 
 #endif							/* JOBGUARD_ROWS_H */

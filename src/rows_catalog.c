@@ -3,9 +3,10 @@
  * rows_catalog.c
  *	  What the fast path (src/rows.c) knows of jobguard's tables, and
  *	  whether it may run: the tables' OIDs, the unique indexes it reads
- *	  through, the attribute numbers of the columns, and the tables' own
- *	  rules compiled once per backend (column defaults, domains, CHECK
- *	  constraints).
+ *	  through (and the arbiters of submit's ON CONFLICT), the attribute
+ *	  numbers of the columns, and the tables' own rules (column defaults,
+ *	  domains, CHECK constraints), planned when a call first needs them and
+ *	  kept unless they call a user's function (see TableRules).
  *
  * The knowledge is cached per backend and marked stale by relcache and
  * syscache invalidations: of the four tables, of relations, functions and
@@ -25,12 +26,14 @@
 #include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_constraint.h"
 #include "catalog/pg_type_d.h"
 #include "executor/executor.h"
 #include "miscadmin.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/plannodes.h"
 #include "optimizer/optimizer.h"
 #include "rewrite/rewriteHandler.h"
@@ -152,17 +155,23 @@ dependency_invalidate(Datum arg, int cache_id, uint32 hash_value)
 
 /*
  * compile_expression: plan an expression as the executor would and
- * compile it into the current (catalog) memory, remembering what it
- * depends on.
+ * compile it into the current memory; when kept (in the catalog), also
+ * remember what it depends on.  The expression is copied first: its plan
+ * shares constants with it.
  */
 static ExprState *
-compile_expression(Expr *expr)
+compile_expression(Expr *expr, bool kept)
 {
 	List	   *relids = NIL;
 	List	   *items = NIL;
 	ListCell   *lc;
-	Expr	   *planned = expression_planner_with_deps(expr, &relids, &items);
+	Expr	   *planned;
 
+	expr = copyObject(expr);
+
+	if (!kept)
+		return ExecInitExpr(expression_planner(expr), NULL);
+	planned = expression_planner_with_deps(expr, &relids, &items);
 	foreach(lc, relids)
 	{
 		if (n_dependent_relids < MAX_DEPENDENCIES)
@@ -186,9 +195,33 @@ compile_expression(Expr *expr)
 	return ExecInitExpr(planned, NULL);
 }
 
+/* is_user_function: a function not from PostgreSQL's built-in catalog data. */
+static bool
+is_user_function(Oid func, void *context)
+{
+	return func >= FirstGenbkiObjectId;
+}
+
 /*
- * compile_rules: a table's column defaults, column domains and CHECK
- * constraints, compiled into the catalog's long-lived memory.
+ * calls_user_function: does the (unplanned) expression call a function,
+ * operator, cast or type I/O function a user defined?  Planning such an
+ * expression may evaluate the function (an IMMUTABLE one called with
+ * constants) or inline its body, so its plan must not be kept.
+ */
+static bool
+calls_user_function(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, is_user_function, context))
+		return true;
+	return expression_tree_walker(node, calls_user_function, context);
+}
+
+/*
+ * compile_rules: what a table's rules need before any is compiled: its
+ * columns' domains and its CHECK constraints' names.  Nothing is planned
+ * here (see TableRules).
  */
 static void
 compile_rules(Relation rel, TableRules *rules)
@@ -196,40 +229,135 @@ compile_rules(Relation rel, TableRules *rules)
 	TupleDesc	desc = RelationGetDescr(rel);
 	TupleConstr *constr = desc->constr;
 
+	memset(rules, 0, sizeof(*rules));
 	rules->natts = desc->natts;
-	rules->default_state = palloc0(sizeof(ExprState *) * desc->natts);
 	rules->domain_type = palloc0(sizeof(Oid) * desc->natts);
 	rules->domain_cache = palloc0(sizeof(void *) * desc->natts);
 	for (int i = 0; i < desc->natts; i++)
 	{
 		Form_pg_attribute att = TupleDescAttr(desc, i);
-		Node	   *def;
 
-		if (att->attisdropped)
-			continue;
-		if (get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
+		if (!att->attisdropped && get_typtype(att->atttypid) == TYPTYPE_DOMAIN)
 			rules->domain_type[i] = att->atttypid;
-		def = build_column_default(rel, i + 1);
-		if (def != NULL)
-			rules->default_state[i] = compile_expression((Expr *) def);
 	}
 	rules->ncheck = constr ? constr->num_check : 0;
-	rules->check_state = palloc0(sizeof(ExprState *) * Max(rules->ncheck, 1));
 	rules->check_name = palloc0(sizeof(char *) * Max(rules->ncheck, 1));
 	for (int i = 0; i < rules->ncheck; i++)
-	{
-		Expr	   *expr = stringToNode(constr->check[i].ccbin);
-
 		rules->check_name[i] = pstrdup(constr->check[i].ccname);
-		rules->check_state[i] = compile_expression(expr);
-	}
-	/*
-	 * Evaluated in a context that lives as long as the compiled
-	 * expressions: some steps (a whole-row reference) keep what they set up
-	 * on first use in the context's per-query memory.
-	 */
-	rules->econtext = CreateStandaloneExprContext();
 	rules->cxt = CurrentMemoryContext;
+}
+
+/*
+ * compile_list: compile the expressions (NULL entries stay NULL) for one
+ * statement in estate's memory, or, when none calls a user's function,
+ * once into the catalog's memory, kept for later calls.  An error leaves
+ * nothing kept.  Returns whether they were kept.
+ */
+static bool
+compile_list(TableRules *rules, Expr **exprs, int n, EState *estate,
+			 CompiledRules *out)
+{
+	bool		user_code = false;
+	MemoryContext cxt;
+	MemoryContext old;
+
+	for (int i = 0; i < n && !user_code; i++)
+		user_code = calls_user_function((Node *) exprs[i], NULL);
+	if (user_code)
+	{
+		old = MemoryContextSwitchTo(estate->es_query_cxt);
+		out->state = palloc0(sizeof(ExprState *) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+			if (exprs[i] != NULL)
+				out->state[i] = compile_expression(exprs[i], false);
+		out->econtext = CreateExprContext(estate);
+		MemoryContextSwitchTo(old);
+		return false;
+	}
+	cxt = AllocSetContextCreate(rules->cxt, "jobguard compiled rules",
+								ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		out->state = palloc0(sizeof(ExprState *) * Max(n, 1));
+		for (int i = 0; i < n; i++)
+			if (exprs[i] != NULL)
+				out->state[i] = compile_expression(exprs[i], true);
+
+		/*
+		 * Evaluated in a context that lives as long as the compiled
+		 * expressions: some steps (a whole-row reference) keep what they set
+		 * up on first use in the context's per-query memory.
+		 */
+		out->econtext = CreateStandaloneExprContext();
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(old);
+		MemoryContextDelete(cxt);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	MemoryContextSwitchTo(old);
+	return true;
+}
+
+/*
+ * rows_rules_defaults: the table's column defaults for an insert by the
+ * statement of estate, compiled as its plan would compile them.
+ */
+void
+rows_rules_defaults(TableRules *rules, Relation rel, EState *estate,
+					CompiledRules *out)
+{
+	Expr	  **exprs;
+
+	if (rules->defaults_kept)
+	{
+		*out = rules->defaults;
+		return;
+	}
+	exprs = palloc0(sizeof(Expr *) * Max(rules->natts, 1));
+	for (int i = 0; i < rules->natts; i++)
+		if (!TupleDescAttr(RelationGetDescr(rel), i)->attisdropped)
+			exprs[i] = (Expr *) build_column_default(rel, i + 1);
+	if (compile_list(rules, exprs, rules->natts, estate, out))
+	{
+		rules->defaults = *out;
+		rules->defaults_kept = true;
+	}
+	pfree(exprs);
+}
+
+/*
+ * rows_rules_checks: the table's CHECK constraints for the statement of
+ * estate, compiled as the executor compiles them when it first checks a
+ * row (ExecRelCheck), in the same order.
+ */
+void
+rows_rules_checks(TableRules *rules, Relation rel, EState *estate,
+				  CompiledRules *out)
+{
+	TupleConstr *constr = RelationGetDescr(rel)->constr;
+	Expr	  **exprs;
+
+	if (rules->checks_kept)
+	{
+		*out = rules->checks;
+		return;
+	}
+	if ((constr ? constr->num_check : 0) != rules->ncheck)
+		elog(ERROR, "jobguard: cached constraints of \"%s\" are out of date",
+			 RelationGetRelationName(rel));
+	exprs = palloc0(sizeof(Expr *) * Max(rules->ncheck, 1));
+	for (int i = 0; i < rules->ncheck; i++)
+		exprs[i] = stringToNode(constr->check[i].ccbin);
+	if (compile_list(rules, exprs, rules->ncheck, estate, out))
+	{
+		rules->checks = *out;
+		rules->checks_kept = true;
+	}
+	pfree(exprs);
 }
 
 /*
@@ -405,6 +533,51 @@ index_on(Relation rel, int nkeys, const AttrNumber *atts, AttrNumber null_att)
 	return found;
 }
 
+/*
+ * key_arbiters: the indexes INSERT ... ON CONFLICT (scope, owner_id,
+ * idempotency_key) WHERE replaced_at IS NULL takes as arbiters (the
+ * planner's inference): every valid unique index whose key columns are
+ * exactly these three, in any order, without expressions, and either
+ * without a predicate or with the one the statement's WHERE implies
+ * ("replaced_at IS NULL"), whatever its collation or operator class.  A
+ * row conflicting in any of them is a replay, not an error.
+ */
+static List *
+key_arbiters(Relation rel, const AttrNumber *key_atts, AttrNumber replaced_at)
+{
+	List	   *indexes = RelationGetIndexList(rel);
+	List	   *arbiters = NIL;
+	ListCell   *lc;
+
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = index->rd_index;
+		List	   *predicate = RelationGetIndexPredicate(index);
+		bool		match = form->indisunique && form->indisvalid &&
+			form->indnkeyatts == 3 &&
+			(predicate == NIL || predicate_is_null_test(predicate, replaced_at)) &&
+			RelationGetIndexExpressions(index) == NIL;
+		bool		seen[3] = {false, false, false};
+
+		for (int k = 0; match && k < form->indnkeyatts; k++)
+		{
+			AttrNumber	att = form->indkey.values[k];
+			bool		known = false;
+
+			for (int c = 0; c < 3; c++)
+				if (att == key_atts[c] && !seen[c])
+					seen[c] = known = true;
+			match = known;
+		}
+		if (match)
+			arbiters = lappend_oid(arbiters, lfirst_oid(lc));
+		index_close(index, NoLock);
+	}
+	list_free(indexes);
+	return arbiters;
+}
+
 /* build_catalog: fill *cat from the system catalogs; see RowsCatalog. */
 static void
 build_catalog(RowsCatalog *cat)
@@ -476,6 +649,7 @@ build_catalog(RowsCatalog *cat)
 		keys[1] = cat->job_att[JOB_OWNER_ID];
 		keys[2] = cat->job_att[JOB_IDEMPOTENCY_KEY];
 		cat->jobs_owner_key = index_on(jobs, 3, keys, cat->job_att[JOB_REPLACED_AT]);
+		cat->jobs_arbiters = key_arbiters(jobs, keys, cat->job_att[JOB_REPLACED_AT]);
 		keys[0] = cat->attempt_att[ATT_ID];
 		cat->attempts_pkey = index_on(attempts, 1, keys, InvalidAttrNumber);
 		keys[0] = cat->attempt_att[ATT_JOB_ID];
