@@ -248,6 +248,49 @@ compile_rules(Relation rel, TableRules *rules)
 }
 
 /*
+ * compile_per_call: compile exprs for this call only, in its executor
+ * state's memory (rules that run user code are planned per statement, as
+ * the executor plans them).
+ */
+static void
+compile_per_call(EState *estate, Expr **exprs, int n, CompiledRules *out)
+{
+	MemoryContext old = MemoryContextSwitchTo(estate->es_query_cxt);
+
+	out->state = palloc0(sizeof(ExprState *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		if (exprs[i] != NULL)
+			out->state[i] = compile_expression(exprs[i], false);
+	out->econtext = CreateExprContext(estate);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * compile_kept: compile exprs into cxt, to be kept across calls, with the
+ * long-lived context to evaluate them in; back in the caller's memory
+ * context on return.  (Apart from compile_list so that the PG_TRY there
+ * has no context switch of its own to lose to a longjmp.)
+ */
+static void
+compile_kept(MemoryContext cxt, Expr **exprs, int n, CompiledRules *out)
+{
+	MemoryContext old = MemoryContextSwitchTo(cxt);
+
+	out->state = palloc0(sizeof(ExprState *) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+		if (exprs[i] != NULL)
+			out->state[i] = compile_expression(exprs[i], true);
+
+	/*
+	 * Evaluated in a context that lives as long as the compiled
+	 * expressions: some steps (a whole-row reference) keep what they set up
+	 * on first use in the context's per-query memory.
+	 */
+	out->econtext = CreateStandaloneExprContext();
+	MemoryContextSwitchTo(old);
+}
+
+/*
  * compile_list: compile the expressions (NULL entries stay NULL) for one
  * statement in estate's memory, or, when none calls a user's function,
  * once into the catalog's memory, kept for later calls.  An error leaves
@@ -265,40 +308,23 @@ compile_list(TableRules *rules, Expr **exprs, int n, EState *estate,
 		user_code = calls_user_function((Node *) exprs[i], NULL);
 	if (user_code)
 	{
-		old = MemoryContextSwitchTo(estate->es_query_cxt);
-		out->state = palloc0(sizeof(ExprState *) * Max(n, 1));
-		for (int i = 0; i < n; i++)
-			if (exprs[i] != NULL)
-				out->state[i] = compile_expression(exprs[i], false);
-		out->econtext = CreateExprContext(estate);
-		MemoryContextSwitchTo(old);
+		compile_per_call(estate, exprs, n, out);
 		return false;
 	}
 	cxt = AllocSetContextCreate(rules->cxt, "jobguard compiled rules",
 								ALLOCSET_SMALL_SIZES);
-	old = MemoryContextSwitchTo(cxt);
+	old = CurrentMemoryContext;
 	PG_TRY();
 	{
-		out->state = palloc0(sizeof(ExprState *) * Max(n, 1));
-		for (int i = 0; i < n; i++)
-			if (exprs[i] != NULL)
-				out->state[i] = compile_expression(exprs[i], true);
-
-		/*
-		 * Evaluated in a context that lives as long as the compiled
-		 * expressions: some steps (a whole-row reference) keep what they set
-		 * up on first use in the context's per-query memory.
-		 */
-		out->econtext = CreateStandaloneExprContext();
+		compile_kept(cxt, exprs, n, out);
 	}
 	PG_CATCH();
 	{
-		MemoryContextSwitchTo(old);
+		CurrentMemoryContext = old;
 		MemoryContextDelete(cxt);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	MemoryContextSwitchTo(old);
 	return true;
 }
 
