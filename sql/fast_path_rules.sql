@@ -9,12 +9,14 @@ SET jobguard.fast_path = on;
 SELECT jobguard.fast_path_status();
 
 -- 1. A second unique index on the key is an arbiter of INSERT ... ON
--- CONFLICT (owner_id, idempotency_key) too: a key conflicting in it alone
--- (here, the same key in other case) is no 23505 on either path.
+-- CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL
+-- too: a key conflicting in it alone (here, the same key in other case) is
+-- no 23505 on either path.
 CREATE COLLATION case_insensitive (provider = icu, locale = 'und-u-ks-level2',
 								   deterministic = false);
 CREATE UNIQUE INDEX jobs_key_any_case
-	ON jobguard.jobs (idempotency_key COLLATE case_insensitive, owner_id);
+	ON jobguard.jobs (idempotency_key COLLATE case_insensitive, owner_id, scope)
+	WHERE replaced_at IS NULL;
 SELECT jobguard.fast_path_status();
 SELECT job_id, created FROM jobguard.submit('alice', 'k1', 'charge', '{}', 'stripe');
 SELECT pg_temp.sqlstate_of($$SELECT jobguard.submit('alice', 'K1', 'charge', '{}', 'stripe')$$)

@@ -62,15 +62,15 @@ $node->poll_query_until('postgres', 'SELECT count(*) > 200 FROM jobguard.jobs')
 
 # The DBA's maintenance, while the clients run.
 my @maintenance = (
-	'CREATE UNIQUE INDEX CONCURRENTLY jobs_key_rebuilt ON jobguard.jobs (owner_id, idempotency_key)',
-	'CREATE UNIQUE INDEX CONCURRENTLY jobs_key_swapped ON jobguard.jobs (idempotency_key, owner_id)',
-	'REINDEX INDEX CONCURRENTLY jobguard.jobs_owner_key_unique',
+	'CREATE UNIQUE INDEX CONCURRENTLY jobs_key_rebuilt ON jobguard.jobs (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL',
+	'CREATE UNIQUE INDEX CONCURRENTLY jobs_key_swapped ON jobguard.jobs (idempotency_key, owner_id, scope) WHERE replaced_at IS NULL',
+	'REINDEX INDEX CONCURRENTLY jobguard.jobs_live_key',
 	'REINDEX INDEX CONCURRENTLY jobguard.jobs_pkey',
 	'REINDEX TABLE CONCURRENTLY jobguard.attempts',
 	'CREATE INDEX CONCURRENTLY attempts_by_key ON jobguard.attempts (attempt_key)',
 	'DROP INDEX CONCURRENTLY jobguard.jobs_key_swapped',
-	'ALTER TABLE jobguard.jobs DROP CONSTRAINT jobs_owner_key_unique, '
-	  . 'ADD CONSTRAINT jobs_owner_key_unique UNIQUE USING INDEX jobs_key_rebuilt',
+	'DROP INDEX CONCURRENTLY jobguard.jobs_live_key',
+	'ALTER INDEX jobguard.jobs_key_rebuilt RENAME TO jobs_live_key',
 	'REINDEX TABLE CONCURRENTLY jobguard.jobs',
 	'DROP INDEX CONCURRENTLY jobguard.attempts_by_key');
 for my $sql (@maintenance)
