@@ -253,8 +253,8 @@ $$;
  * a connection string carrying a password (or an sslpassword), in any form
  * libpq accepts, is refused (22023); the message never repeats the string.
  * Credentials go into one user mapping per client role, readable only by
- * that role and by superusers.  No user mapping is made here, and none for PUBLIC: a role
- * without a mapping of its own cannot reach the shards at all.
+ * that role and by superusers.  No user mapping is made here, and none for
+ * PUBLIC: a role without a mapping of its own cannot reach the shards.
  */
 CREATE OR REPLACE FUNCTION jobguard.configure_proxy(VARIADIC shards text[])
 RETURNS void
