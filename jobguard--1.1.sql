@@ -679,6 +679,18 @@ $$;
 
 COMMENT ON FUNCTION jobguard.configure_shard(integer, integer) IS 'make this database shard shard_no of shard_count: ids then encode the shard (id % shard_count = shard_no)';
 
+/*
+ * The shard configuration for every role jobguard granted anything: the
+ * PL/Proxy proxy checks each shard's place with it (jobguard_proxy's
+ * check_shards()), connected as a client role that has no rights on the
+ * tables.  It holds no job data.
+ */
+CREATE VIEW jobguard.shard_overview AS
+SELECT s.shard_no, s.shard_count, s.configured_at
+  FROM jobguard.shard s;
+
+COMMENT ON VIEW jobguard.shard_overview IS 'this database''s shard number and the deployment''s shard count, for every granted role';
+
 ---------------------------------------------------------------------------
 -- Invariants, checked on demand (after a crash, a restore, an upgrade).
 ---------------------------------------------------------------------------
@@ -824,7 +836,8 @@ BEGIN
 	PERFORM jobguard.take_back(role);
 	EXECUTE format('GRANT USAGE ON SCHEMA jobguard TO %s', role);
 	EXECUTE format('GRANT SELECT ON jobguard.job_overview, jobguard.attempt_overview,'
-				   ' jobguard.certification_overview, jobguard.key_policies TO %s', role);
+				   ' jobguard.certification_overview, jobguard.key_policies,'
+				   ' jobguard.shard_overview TO %s', role);
 	EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.attempt_state(text, timestamptz),'
 				   ' jobguard.job_state(bigint), jobguard.job(bigint), jobguard.attempts_of(bigint),'
 				   ' jobguard.check_result(text, jsonb), jobguard.check_invariants(),'

@@ -1,6 +1,14 @@
 # pg_dump and restore keep everything jobguard holds: jobs, attempts,
 # results, lost results, contracts and certifications.  After a restore an
 # old key still replays to its old job, and new jobs get fresh ids.
+#
+# Who may dump and restore (doc/security.md, "Who may install, dump and
+# restore"): a database owner who is not a superuser cannot dump a database
+# where a superuser installed jobguard ("permission denied for schema
+# jobguard": jobguard's data is every scope's); the documented dump of its
+# own objects leaves jobguard out entirely; a superuser's dump, restored
+# into another cluster after the roles, keeps every scope, grant and
+# privilege, the regrole columns restored by role name.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -121,6 +129,116 @@ is($node->safe_psql('restored',
 is($node->safe_psql('restored',
 		q{SET ROLE dump_shop; SELECT jobguard.caller_scope() || ' ' || (SELECT count(*) FROM jobguard.job_overview)}),
 	'shop 1', 'the restored grant keeps the client role in its scope, seeing its own job only');
+
+# ------------------------------------------- who may dump and restore
+
+# A database owned by a role that is no superuser; a superuser installed
+# jobguard there, and two client scopes, a reader and an operator use it.
+$node->safe_psql('postgres', q{
+CREATE ROLE app_owner LOGIN;
+CREATE ROLE shop_app LOGIN;
+CREATE ROLE blog_app LOGIN;
+CREATE ROLE audit LOGIN;
+CREATE ROLE ops LOGIN;
+CREATE DATABASE owned OWNER app_owner;
+});
+$node->safe_psql('owned', q{
+CREATE EXTENSION jobguard;
+SELECT jobguard.grant_client('shop_app', 'shop');
+SELECT jobguard.grant_client('blog_app', 'blog');
+SELECT jobguard.grant_reader('audit', 'shop');
+SELECT jobguard.grant_operator('ops');
+});
+
+# as_role: run SQL in a database of a node as a role; dies on error
+sub as_role
+{
+	my ($n, $db, $role, $sql) = @_;
+	return $n->safe_psql($db, $sql, connstr => $n->connstr($db) . " user=$role");
+}
+my $shop_job = as_role($node, 'owned', 'shop_app',
+	q{SELECT job_id FROM jobguard.submit('dana', 'order-1', 'charge', '{"card": "4242"}', 'stripe')});
+my $blog_job = as_role($node, 'owned', 'blog_app',
+	q{SELECT job_id FROM jobguard.submit('dana', 'order-1', 'publish', '{"post": 7}', 'wp')});
+as_role($node, 'owned', 'app_owner', 'CREATE TABLE orders (id integer PRIMARY KEY); INSERT INTO orders VALUES (1), (2);');
+
+my $dir = PostgreSQL::Test::Utils::tempdir();
+$node->command_fails_like(
+	[ 'pg_dump', '--format=custom', '--file', "$dir/by_owner.dump", $node->connstr('owned') . ' user=app_owner' ],
+	qr/permission denied for schema jobguard/,
+	"the database owner's pg_dump fails: jobguard's tables are not its to read");
+$node->command_ok(
+	[
+		'pg_dump', '--exclude-schema=jobguard', '--extension=plpgsql', '--file', "$dir/own_objects.sql",
+		$node->connstr('owned') . ' user=app_owner'
+	],
+	'the database owner dumps its own objects, leaving jobguard out');
+my $own_objects = slurp_file("$dir/own_objects.sql");
+like($own_objects, qr/CREATE TABLE public\.orders/, 'that dump has its tables');
+unlike($own_objects, qr/jobguard/, 'and nothing of jobguard: no extension, no privileges, no data');
+
+# The superuser's dump, with the roles dumped first.
+$node->command_ok([ 'pg_dumpall', '--roles-only', '--file', "$dir/roles.sql", '--dbname', $node->connstr('postgres') ],
+	'the roles are dumped with pg_dumpall --roles-only');
+$node->command_ok([ 'pg_dump', '--format=custom', '--file', "$dir/owned.dump", $node->connstr('owned') ],
+	"a superuser's pg_dump of that database");
+
+# Restored into another cluster, where the roles get other OIDs.
+my $other = PostgreSQL::Test::Cluster->new('other');
+$other->init;
+$other->start;
+$other->safe_psql('postgres', 'CREATE ROLE someone_else; CREATE ROLE and_another; CREATE DATABASE early;');
+$other->command_fails_like(
+	[ 'pg_restore', '--exit-on-error', '--dbname', $other->connstr('early'), "$dir/owned.dump" ],
+	qr/role "\w+" does not exist/,
+	'restored before the roles exist, it stops at the first role it names');
+# the dump of the roles also holds the cluster's own superuser, which
+# exists already: psql reports that one error and goes on
+$other->command_ok([ 'psql', '-X', '-q', '-d', $other->connstr('postgres'), '-f', "$dir/roles.sql" ],
+	'the roles restored first');
+$other->safe_psql('postgres', 'CREATE DATABASE owned OWNER app_owner');
+$other->command_ok(
+	[ 'pg_restore', '--exit-on-error', '--dbname', $other->connstr('owned'), "$dir/owned.dump" ],
+	'after the roles, the superuser restores it');
+
+my $grants = q{SELECT string_agg(format('%s %s %s %s', role, kind, scope, payloads), ', ' ORDER BY role::text) FROM jobguard.grants};
+is($other->safe_psql('owned', $grants), $node->safe_psql('owned', $grants),
+	'every grant restored: clients, reader and operator with their scopes');
+isnt($other->safe_psql('owned', q{SELECT 'shop_app'::regrole::oid}), $node->safe_psql('owned', q{SELECT 'shop_app'::regrole::oid}),
+	'by role name: the roles have other OIDs there');
+my $scoped = q{SELECT string_agg(format('%s %s %s %s', scope, owner_id, idempotency_key, params), ', ' ORDER BY id) FROM jobguard.jobs};
+is($other->safe_psql('owned', $scoped), $node->safe_psql('owned', $scoped), 'every job restored in its scope');
+is(as_role($other, 'owned', 'shop_app', q{SELECT string_agg(job_id || ' ' || params::text, ', ') FROM jobguard.job_overview}),
+	qq{$shop_job {"card": "4242"}}, 'the shop sees its own job only');
+is(as_role($other, 'owned', 'blog_app',
+		q{SELECT job_id || ' ' || created FROM jobguard.submit('dana', 'order-1', 'publish', '{"post": 7}', 'wp')}),
+	"$blog_job false", 'the blog replays its key to its own job: the privileges came along');
+my ($ret, $out, $err) = $other->psql('owned', "SELECT jobguard.job_state($shop_job)",
+	connstr => $other->connstr('owned') . ' user=blog_app');
+like($err, qr/job $shop_job does not exist/, "the blog still cannot see the shop's job");
+is(as_role($other, 'owned', 'audit', 'SELECT count(*) || $$ $$ || count(params) FROM jobguard.job_overview'),
+	'1 0', 'the reader of the shop reads its job, without payloads');
+is(as_role($other, 'owned', 'ops', 'SELECT count(*) FROM jobguard.job_overview'), '2', 'the operator reads both scopes');
+is($other->safe_psql('owned', 'SELECT string_agg(id::text, $$,$$ ORDER BY id) FROM orders'), '1,2',
+	"the owner's own table came along");
+
+# Restored by another superuser, CREATE EXTENSION would run as that role in
+# a schema the dump gives to the extension's owner: the install check
+# refuses it.  --role makes the restore run as the extension's owner.
+my $extension_owner = $node->safe_psql('owned', q{SELECT extowner::regrole FROM pg_extension WHERE extname = 'jobguard'});
+$other->safe_psql('postgres', 'CREATE ROLE other_admin SUPERUSER LOGIN; CREATE DATABASE by_other OWNER app_owner; CREATE DATABASE as_owner OWNER app_owner;');
+$other->command_fails_like(
+	[ 'pg_restore', '--exit-on-error', '--dbname', $other->connstr('by_other') . ' user=other_admin', "$dir/owned.dump" ],
+	qr/schema "jobguard" already exists and is owned by role "\Q$extension_owner\E"/,
+	'another superuser restoring it is refused by the install check');
+$other->command_ok(
+	[
+		'pg_restore', '--exit-on-error', "--role=$extension_owner",
+		'--dbname', $other->connstr('as_owner') . ' user=other_admin', "$dir/owned.dump"
+	],
+	"with --role=<the extension's owner> it restores");
+is($other->safe_psql('as_owner', $grants), $node->safe_psql('owned', $grants), 'with every grant');
+$other->stop;
 
 $node->stop;
 done_testing();

@@ -50,6 +50,9 @@ $proxy->safe_psql('postgres', qq{
 SET client_min_messages = warning;
 CREATE EXTENSION jobguard_proxy CASCADE;
 SELECT jobguard.configure_proxy($connstrs);
+-- no mapping for PUBLIC: the test's superuser gets one of its own, as the
+-- same role on the shards (which trust it); t/006 maps client roles
+CREATE USER MAPPING FOR CURRENT_USER SERVER jobguard_shards;
 });
 is($proxy->safe_psql('postgres',
 		'SELECT string_agg(format($$%s:%s/%s:%s$$, partition, shard_no, shard_count, ok), $$ $$ ORDER BY partition) FROM jobguard.check_shards()'),

@@ -1,0 +1,406 @@
+/* jobguard_proxy--1.0--1.1.sql: no passwords in the cluster's options, no user mapping for PUBLIC */
+
+-- complain if script is sourced in psql, rather than via ALTER EXTENSION
+\echo Use "ALTER EXTENSION jobguard_proxy UPDATE TO '1.1'" to load this file. \quit
+
+/*
+ * 1.0 let a password sit in the foreign server's options, which every role
+ * can read, and configure_proxy() made a user mapping for PUBLIC, through
+ * which any role with USAGE on the server reached the shards.  1.1 refuses
+ * both.  The update does not move credentials itself (it cannot know which
+ * shard role each client role should be): it refuses to run until they are
+ * moved, and says how.  The shards must run jobguard 1.1 (shard_config()
+ * reads their view shard_overview).
+ */
+
+---------------------------------------------------------------------------
+-- Connection strings: no passwords in the foreign server's options.
+---------------------------------------------------------------------------
+
+/*
+ * uri_decode: a percent-encoded part of a connection URI, decoded as
+ * libpq decodes it (%XX is the byte XX; the bytes are UTF-8).  A '%' not
+ * followed by two hex digits is 22023, as libpq refuses it.
+ */
+CREATE FUNCTION jobguard.uri_decode(part text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	bytes bytea := '';
+	pos integer := 1;
+	c text;
+BEGIN
+	WHILE pos <= length(part) LOOP
+		c := substr(part, pos, 1);
+		IF c = '%' THEN
+			IF substr(part, pos + 1, 2) !~ '^[0-9A-Fa-f]{2}$' THEN
+				RAISE EXCEPTION 'invalid percent-encoded token in a connection URI'
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
+			bytes := bytes || decode(substr(part, pos + 1, 2), 'hex');
+			pos := pos + 3;
+		ELSE
+			bytes := bytes || convert_to(c, 'UTF8');
+			pos := pos + 1;
+		END IF;
+	END LOOP;
+	RETURN convert_from(bytes, 'UTF8');
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.uri_decode(text) IS 'a percent-encoded part of a connection URI, decoded';
+
+/*
+ * conninfo_options: the keyword/value pairs of a libpq connection string,
+ * read the way libpq reads them, so that what is checked here is what
+ * libpq will use.  Two forms:
+ *   - keyword = value pairs separated by white space; spaces around '='
+ *     are allowed; a value may be in single quotes; a backslash takes the
+ *     next character literally, in quotes or not;
+ *   - a URI, postgresql://[user[:password]@][netloc][/dbname][?k=v&...]
+ *     (or postgres://): the user information ends at the first '@' that
+ *     comes before any '/', and a ':' in it starts the password; the
+ *     parameters after '?' are percent-decoded, keywords included.
+ * A string that libpq could not parse either is 22023.
+ */
+CREATE FUNCTION jobguard.conninfo_options(conninfo text, OUT keyword text, OUT value text)
+RETURNS SETOF record
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	len integer := length(conninfo);
+	pos integer := 1;
+	c text;
+	start integer;
+	rest text;
+	userinfo text;
+	param text;
+	at_pos integer;
+	slash_pos integer;
+	backslash constant text := chr(92);
+BEGIN
+	IF conninfo ~* '^postgres(ql)?://' THEN
+		rest := substr(conninfo, position('://' IN conninfo) + 3);
+		at_pos := position('@' IN rest);
+		slash_pos := position('/' IN rest);
+		IF at_pos > 0 AND (slash_pos = 0 OR at_pos < slash_pos) THEN
+			userinfo := substr(rest, 1, at_pos - 1);
+			rest := substr(rest, at_pos + 1);
+			keyword := 'user';
+			value := jobguard.uri_decode(split_part(userinfo, ':', 1));
+			RETURN NEXT;
+			IF position(':' IN userinfo) > 0 THEN
+				keyword := 'password';
+				value := jobguard.uri_decode(substr(userinfo, position(':' IN userinfo) + 1));
+				RETURN NEXT;
+			END IF;
+		END IF;
+		IF position('?' IN rest) > 0 THEN
+			FOREACH param IN ARRAY string_to_array(substr(rest, position('?' IN rest) + 1), '&') LOOP
+				IF param = '' THEN
+					CONTINUE;
+				END IF;
+				IF position('=' IN param) = 0 THEN
+					RAISE EXCEPTION 'missing "=" in a parameter of a connection URI'
+						USING ERRCODE = 'invalid_parameter_value';
+				END IF;
+				keyword := jobguard.uri_decode(split_part(param, '=', 1));
+				value := jobguard.uri_decode(substr(param, position('=' IN param) + 1));
+				RETURN NEXT;
+			END LOOP;
+		END IF;
+		RETURN;
+	END IF;
+
+	LOOP
+		-- white space between pairs
+		WHILE pos <= len AND substr(conninfo, pos, 1) ~ '[[:space:]]' LOOP
+			pos := pos + 1;
+		END LOOP;
+		EXIT WHEN pos > len;
+		-- the keyword runs to white space or '='
+		start := pos;
+		WHILE pos <= len AND substr(conninfo, pos, 1) !~ '[[:space:]=]' LOOP
+			pos := pos + 1;
+		END LOOP;
+		keyword := substr(conninfo, start, pos - start);
+		WHILE pos <= len AND substr(conninfo, pos, 1) ~ '[[:space:]]' LOOP
+			pos := pos + 1;
+		END LOOP;
+		IF pos > len OR substr(conninfo, pos, 1) <> '=' THEN
+			RAISE EXCEPTION 'missing "=" after "%" in a connection string', keyword
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		pos := pos + 1;
+		WHILE pos <= len AND substr(conninfo, pos, 1) ~ '[[:space:]]' LOOP
+			pos := pos + 1;
+		END LOOP;
+		-- the value: quoted, or up to white space; a backslash escapes
+		value := '';
+		IF pos <= len AND substr(conninfo, pos, 1) = '''' THEN
+			pos := pos + 1;
+			LOOP
+				IF pos > len THEN
+					RAISE EXCEPTION 'unterminated quoted string in a connection string'
+						USING ERRCODE = 'invalid_parameter_value';
+				END IF;
+				c := substr(conninfo, pos, 1);
+				IF c = backslash THEN
+					pos := pos + 1;
+					IF pos > len THEN
+						RAISE EXCEPTION 'unterminated quoted string in a connection string'
+							USING ERRCODE = 'invalid_parameter_value';
+					END IF;
+					c := substr(conninfo, pos, 1);
+				ELSIF c = '''' THEN
+					pos := pos + 1;
+					EXIT;
+				END IF;
+				value := value || c;
+				pos := pos + 1;
+			END LOOP;
+		ELSE
+			WHILE pos <= len AND substr(conninfo, pos, 1) !~ '[[:space:]]' LOOP
+				c := substr(conninfo, pos, 1);
+				IF c = backslash THEN
+					pos := pos + 1;
+					EXIT WHEN pos > len;
+					c := substr(conninfo, pos, 1);
+				END IF;
+				value := value || c;
+				pos := pos + 1;
+			END LOOP;
+		END IF;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.conninfo_options(text) IS 'the keyword/value pairs of a libpq connection string (key=value or URI form), as libpq reads them';
+
+/*
+ * conninfo_secret: the keyword of the first secret a connection string
+ * carries, or NULL: password (matched in any case, although libpq knows
+ * only the lower-case one), including the password of a URI's user
+ * information; sslpassword (the pass phrase of a client key); and a dbname
+ * that is itself a connection string carrying one (libpq expands such a
+ * dbname in some of its calls).
+ */
+CREATE FUNCTION jobguard.conninfo_secret(conninfo text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	o record;
+	inner_secret text;
+BEGIN
+	FOR o IN SELECT * FROM jobguard.conninfo_options(conninfo) LOOP
+		IF lower(o.keyword) IN ('password', 'sslpassword') THEN
+			RETURN lower(o.keyword);
+		END IF;
+		IF lower(o.keyword) = 'dbname' AND (o.value ~* '^postgres(ql)?://' OR position('=' IN o.value) > 0) THEN
+			inner_secret := jobguard.conninfo_secret(o.value);
+			IF inner_secret IS NOT NULL THEN
+				RETURN inner_secret;
+			END IF;
+		END IF;
+	END LOOP;
+	RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.conninfo_secret(text) IS 'the keyword of the first secret (password, sslpassword) a libpq connection string carries, or NULL';
+
+/*
+ * Refuse the update while the cluster still relies on what 1.1 forbids:
+ * a password in a connection string, or the user mapping for PUBLIC.
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	with_password text;
+BEGIN
+	SELECT string_agg(split_part(o, '=', 1), ', ' ORDER BY o) INTO with_password
+	  FROM pg_catalog.pg_foreign_server s, pg_catalog.unnest(s.srvoptions) o
+	 WHERE s.srvname = 'jobguard_shards' AND o ~ '^p[0-9]+='
+	   AND jobguard.conninfo_secret(substr(o, position('=' IN o) + 1)) IS NOT NULL;
+	IF with_password IS NOT NULL THEN
+		RAISE EXCEPTION 'the connection strings of server jobguard_shards contain passwords'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = format('Options with a password: %s. Every role can read them in pg_foreign_server.', with_password),
+				  HINT = 'Create a user mapping with user and password for each client role, call jobguard.configure_proxy() without passwords, then update.';
+	END IF;
+	IF EXISTS (SELECT 1 FROM pg_catalog.pg_user_mappings m
+				WHERE m.srvname = 'jobguard_shards' AND m.umuser = 0) THEN
+		RAISE EXCEPTION 'server jobguard_shards has a user mapping for PUBLIC'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  DETAIL = 'Through it every role with USAGE on the server reaches the shards; jobguard_proxy 1.1 maps each client role instead.',
+				  HINT = 'CREATE USER MAPPING FOR each client role (and the role that administers the proxy), then DROP USER MAPPING FOR PUBLIC SERVER jobguard_shards, then update.';
+	END IF;
+END
+$$;
+
+/*
+ * configure_proxy: define (or redefine) the cluster 'jobguard_shards' as
+ * the foreign server of that name with one option p<k> per shard.  The
+ * number of shards must be a power of two and must equal the shard_count
+ * the shards were configured with.
+ *
+ * The server's options are readable by every role (pg_foreign_server), so
+ * a connection string carrying a password (or an sslpassword), in any form
+ * libpq accepts, is refused (22023); the message never repeats the string.
+ * Credentials go into one user mapping per client role, readable only by
+ * that role and by superusers.  No user mapping is made here, and none for
+ * PUBLIC: a role without a mapping of its own cannot reach the shards.
+ */
+CREATE OR REPLACE FUNCTION jobguard.configure_proxy(VARIADIC shards text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer := coalesce(cardinality(shards), 0);
+	existing text[];
+	opts text[] := '{}';
+	k integer;
+	key text;
+	secret text;
+	problem text;
+BEGIN
+	IF shards IS NULL OR array_position(shards, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'the connection strings of jobguard.configure_proxy() must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF n NOT BETWEEN 1 AND 1024 OR (n & (n - 1)) <> 0 THEN
+		RAISE EXCEPTION 'the number of shards must be a power of two from 1 to 1024'
+			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('%s connection strings were given.', n);
+	END IF;
+	IF EXISTS (SELECT 1 FROM unnest(shards) s WHERE btrim(s) = '') THEN
+		RAISE EXCEPTION 'the connection strings of jobguard.configure_proxy() must not be empty'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	FOR k IN 0 .. n - 1 LOOP
+		BEGIN
+			secret := jobguard.conninfo_secret(shards[k + 1]);
+		EXCEPTION WHEN invalid_parameter_value THEN
+			GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+			RAISE EXCEPTION 'the connection string of shard % is not valid', k
+				USING ERRCODE = 'invalid_parameter_value', DETAIL = format('libpq would refuse it: %s.', problem);
+		END;
+		IF secret = 'password' THEN
+			RAISE EXCEPTION 'the connection string of shard % contains a password', k
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'The options of the foreign server jobguard_shards are readable by every role (pg_foreign_server).',
+					  HINT = 'Leave the password out, and give each client role its own credentials: CREATE USER MAPPING FOR <client role> SERVER jobguard_shards OPTIONS (user ''<shard role>'', password ''...'').';
+		ELSIF secret IS NOT NULL THEN
+			RAISE EXCEPTION 'the connection string of shard % contains an sslpassword', k
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'The options of the foreign server jobguard_shards are readable by every role (pg_foreign_server).',
+					  HINT = 'Use a client key without a pass phrase, readable only by the operating system user of the proxy''s server.';
+		END IF;
+	END LOOP;
+
+	SELECT coalesce(array_agg(split_part(o, '=', 1)), '{}') INTO existing
+	  FROM pg_foreign_server s, unnest(s.srvoptions) o
+	 WHERE s.srvname = 'jobguard_shards';
+
+	IF NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'jobguard_shards') THEN
+		FOR k IN 0 .. n - 1 LOOP
+			opts := opts || format('p%s %L', k, shards[k + 1]);
+		END LOOP;
+		EXECUTE format('CREATE SERVER jobguard_shards FOREIGN DATA WRAPPER plproxy OPTIONS (%s)',
+					   array_to_string(opts, ', '));
+	ELSE
+		FOR k IN 0 .. n - 1 LOOP
+			opts := opts || format('%s p%s %L',
+								   CASE WHEN format('p%s', k) = ANY (existing) THEN 'SET' ELSE 'ADD' END,
+								   k, shards[k + 1]);
+		END LOOP;
+		FOREACH key IN ARRAY existing LOOP
+			IF key ~ '^p[0-9]+$' AND substr(key, 2)::integer >= n THEN
+				opts := opts || format('DROP %s', key);
+			END IF;
+		END LOOP;
+		EXECUTE format('ALTER SERVER jobguard_shards OPTIONS (%s)', array_to_string(opts, ', '));
+	END IF;
+	IF EXISTS (SELECT 1 FROM pg_user_mappings
+				WHERE srvname = 'jobguard_shards' AND umuser = 0) THEN
+		RAISE WARNING 'a user mapping for PUBLIC exists on server jobguard_shards'
+			USING DETAIL = 'Every role with USAGE on the server reaches the shards through it.',
+				  HINT = 'DROP USER MAPPING FOR PUBLIC SERVER jobguard_shards, and map each client role instead.';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.configure_proxy(text[]) IS 'define the shards: one connection string per shard, shard 0 first (a power of two of them); no passwords (user mappings hold them)';
+
+/*
+ * shard_config: what one partition of the cluster says it is, read from
+ * the shard's view jobguard.shard_overview, which every role jobguard
+ * granted anything may read (jobguard 1.1 on the shards): the role a user
+ * mapping names needs no rights on the shard's tables.
+ */
+CREATE OR REPLACE FUNCTION jobguard.shard_config(partition integer, OUT shard_no integer, OUT shard_count integer)
+RETURNS record
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON partition;
+	SELECT s.shard_no, s.shard_count
+	  FROM (SELECT true AS present) p
+	  LEFT JOIN jobguard.shard_overview s ON true;
+$$;
+
+COMMENT ON FUNCTION jobguard.shard_config(integer) IS 'shard_no and shard_count of one partition, as that shard says (NULL when it is not configured)';
+
+/*
+ * grant_client: what an application role needs on the proxy: the API, and
+ * USAGE on the cluster.  PL/Proxy connects to the shards with the role's
+ * own user mapping, as the shard role the mapping names, which
+ * jobguard.grant_client() must have made a client on every shard; the
+ * scope is that shard role's.  A WARNING says when the role has no mapping
+ * yet (its calls fail until it has one).
+ */
+CREATE OR REPLACE FUNCTION jobguard.grant_client(role name)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF role IS NULL THEN
+		RAISE EXCEPTION 'argument "role" of jobguard.grant_client() must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF to_regrole(quote_ident(role)) IS NULL THEN
+		RAISE EXCEPTION 'role "%" does not exist', role USING ERRCODE = 'undefined_object';
+	END IF;
+	EXECUTE format('GRANT USAGE ON SCHEMA jobguard TO %I', role);
+	EXECUTE format('GRANT USAGE ON FOREIGN SERVER jobguard_shards TO %I', role);
+	EXECUTE format('GRANT EXECUTE ON FUNCTION'
+				   ' jobguard.route_owner(text), jobguard.route_id(bigint),'
+				   ' jobguard.submit(text, text, text, jsonb, text, integer),'
+				   ' jobguard.begin_attempt(bigint, text, interval, text),'
+				   ' jobguard.finish_attempt(bigint, jsonb),'
+				   ' jobguard.fail_attempt(bigint, text),'
+				   ' jobguard.mark_unknown(bigint),'
+				   ' jobguard.cancel_attempt(bigint, text),'
+				   ' jobguard.cancel_job(bigint, text),'
+				   ' jobguard.job_state(bigint), jobguard.job(bigint), jobguard.attempts_of(bigint),'
+				   ' jobguard.await(bigint, interval), jobguard.check_result(text, jsonb) TO %I', role);
+	IF NOT EXISTS (SELECT 1 FROM pg_user_mappings m
+				    WHERE m.srvname = 'jobguard_shards' AND m.usename = role) THEN
+		RAISE WARNING 'role "%" has no user mapping for server jobguard_shards', role
+			USING DETAIL = 'Its calls fail until it has one.',
+				  HINT = format('CREATE USER MAPPING FOR %I SERVER jobguard_shards OPTIONS (user ''<shard role>'', password ''...'')', role);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.grant_client(name) IS 'let a role call the jobguard API through the proxy (it needs a user mapping to a client role of the shards)';
+
+
+REVOKE EXECUTE ON FUNCTION jobguard.uri_decode(text), jobguard.conninfo_options(text),
+	jobguard.conninfo_secret(text) FROM PUBLIC;

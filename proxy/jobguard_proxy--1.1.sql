@@ -1,0 +1,759 @@
+/* jobguard_proxy--1.1.sql: the jobguard API on a proxy database */
+
+-- complain if script is sourced in psql, rather than via CREATE EXTENSION
+\echo Use "CREATE EXTENSION jobguard_proxy CASCADE" to load this file. \quit
+
+/*
+ * The proxy holds no jobs.  Every function here has the name and the
+ * signature of the jobguard function it stands for; PL/Proxy runs that
+ * function on one shard (or on all of them) and returns what it returned.
+ *
+ * The shards are the PL/Proxy cluster 'jobguard_shards', a foreign server
+ * whose options p0 .. p<n-1> are the connection strings of the shards, in
+ * shard order: p<k> must be the database where jobguard.configure_shard(k, n)
+ * ran.  jobguard.configure_proxy() below writes it.
+ *
+ * Credentials.  The server's options hold no password: every role can read
+ * them.  PL/Proxy connects to the shards with the user mapping of the
+ * calling role (CREATE USER MAPPING FOR <role> SERVER jobguard_shards
+ * OPTIONS (user '<shard role>', password '...')), whose options only that
+ * role and superusers can read; a role without one is refused.  Map each
+ * client role to a shard role that jobguard.grant_client() made a client
+ * of the same scope on every shard.  The shards must run jobguard 1.1.
+ *
+ * Routing.  PL/Proxy sends a call to partition (hash & (n - 1)), n a power of
+ * two:
+ *   - submit by jobguard.route_owner(owner_id) = hashtext(owner_id): all jobs
+ *     of an owner live on one shard, so the unique (owner_id,
+ *     idempotency_key) index of that shard alone decides a double-click;
+ *   - every call that names a job or an attempt by jobguard.route_id(id) =
+ *     id: on shard k of n every id is k modulo n, so id & (n - 1) is k;
+ *   - define_operation, certify_provider, revoke_provider, purge, stats and
+ *     check_invariants on every shard.
+ * A NULL owner or id routes to shard 0, which refuses it with the usual
+ * 22004, so NULLs are never a routing error.
+ *
+ * Errors.  PL/Proxy re-raises a shard's error with the shard's SQLSTATE
+ * (JG001 .. JG009, 22004, 22023, ...); the message is prefixed with the
+ * function and the shard's database, DETAIL and HINT with "Remote detail:"
+ * and "Remote hint:".  Match on the SQLSTATE, as with a single database.
+ *
+ * Transactions.  PL/Proxy runs each remote call in autocommit: a call that
+ * returns has committed on its shard, whatever the proxy transaction does
+ * afterwards.
+ */
+
+---------------------------------------------------------------------------
+-- Routing and the cluster definition.
+---------------------------------------------------------------------------
+
+CREATE FUNCTION jobguard.route_owner(owner_id text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN COALESCE(pg_catalog.hashtext(owner_id), 0);
+
+COMMENT ON FUNCTION jobguard.route_owner(text) IS 'the PL/Proxy hash of an owner: its shard is route_owner(owner_id) & (shard count - 1); NULL goes to shard 0';
+
+CREATE FUNCTION jobguard.route_id(id bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN COALESCE(id, 0);
+
+COMMENT ON FUNCTION jobguard.route_id(bigint) IS 'the PL/Proxy hash of a job or attempt id: the id itself (on shard k of n every id is k modulo n); NULL goes to shard 0';
+
+---------------------------------------------------------------------------
+-- Connection strings: no passwords in the foreign server's options.
+---------------------------------------------------------------------------
+
+/*
+ * uri_decode: a percent-encoded part of a connection URI, decoded as
+ * libpq decodes it (%XX is the byte XX; the bytes are UTF-8).  A '%' not
+ * followed by two hex digits is 22023, as libpq refuses it.
+ */
+CREATE FUNCTION jobguard.uri_decode(part text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	bytes bytea := '';
+	pos integer := 1;
+	c text;
+BEGIN
+	WHILE pos <= length(part) LOOP
+		c := substr(part, pos, 1);
+		IF c = '%' THEN
+			IF substr(part, pos + 1, 2) !~ '^[0-9A-Fa-f]{2}$' THEN
+				RAISE EXCEPTION 'invalid percent-encoded token in a connection URI'
+					USING ERRCODE = 'invalid_parameter_value';
+			END IF;
+			bytes := bytes || decode(substr(part, pos + 1, 2), 'hex');
+			pos := pos + 3;
+		ELSE
+			bytes := bytes || convert_to(c, 'UTF8');
+			pos := pos + 1;
+		END IF;
+	END LOOP;
+	RETURN convert_from(bytes, 'UTF8');
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.uri_decode(text) IS 'a percent-encoded part of a connection URI, decoded';
+
+/*
+ * conninfo_options: the keyword/value pairs of a libpq connection string,
+ * read the way libpq reads them, so that what is checked here is what
+ * libpq will use.  Two forms:
+ *   - keyword = value pairs separated by white space; spaces around '='
+ *     are allowed; a value may be in single quotes; a backslash takes the
+ *     next character literally, in quotes or not;
+ *   - a URI, postgresql://[user[:password]@][netloc][/dbname][?k=v&...]
+ *     (or postgres://): the user information ends at the first '@' that
+ *     comes before any '/', and a ':' in it starts the password; the
+ *     parameters after '?' are percent-decoded, keywords included.
+ * A string that libpq could not parse either is 22023.
+ */
+CREATE FUNCTION jobguard.conninfo_options(conninfo text, OUT keyword text, OUT value text)
+RETURNS SETOF record
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	len integer := length(conninfo);
+	pos integer := 1;
+	c text;
+	start integer;
+	rest text;
+	userinfo text;
+	param text;
+	at_pos integer;
+	slash_pos integer;
+	backslash constant text := chr(92);
+BEGIN
+	IF conninfo ~* '^postgres(ql)?://' THEN
+		rest := substr(conninfo, position('://' IN conninfo) + 3);
+		at_pos := position('@' IN rest);
+		slash_pos := position('/' IN rest);
+		IF at_pos > 0 AND (slash_pos = 0 OR at_pos < slash_pos) THEN
+			userinfo := substr(rest, 1, at_pos - 1);
+			rest := substr(rest, at_pos + 1);
+			keyword := 'user';
+			value := jobguard.uri_decode(split_part(userinfo, ':', 1));
+			RETURN NEXT;
+			IF position(':' IN userinfo) > 0 THEN
+				keyword := 'password';
+				value := jobguard.uri_decode(substr(userinfo, position(':' IN userinfo) + 1));
+				RETURN NEXT;
+			END IF;
+		END IF;
+		IF position('?' IN rest) > 0 THEN
+			FOREACH param IN ARRAY string_to_array(substr(rest, position('?' IN rest) + 1), '&') LOOP
+				IF param = '' THEN
+					CONTINUE;
+				END IF;
+				IF position('=' IN param) = 0 THEN
+					RAISE EXCEPTION 'missing "=" in a parameter of a connection URI'
+						USING ERRCODE = 'invalid_parameter_value';
+				END IF;
+				keyword := jobguard.uri_decode(split_part(param, '=', 1));
+				value := jobguard.uri_decode(substr(param, position('=' IN param) + 1));
+				RETURN NEXT;
+			END LOOP;
+		END IF;
+		RETURN;
+	END IF;
+
+	LOOP
+		-- white space between pairs
+		WHILE pos <= len AND substr(conninfo, pos, 1) ~ '[[:space:]]' LOOP
+			pos := pos + 1;
+		END LOOP;
+		EXIT WHEN pos > len;
+		-- the keyword runs to white space or '='
+		start := pos;
+		WHILE pos <= len AND substr(conninfo, pos, 1) !~ '[[:space:]=]' LOOP
+			pos := pos + 1;
+		END LOOP;
+		keyword := substr(conninfo, start, pos - start);
+		WHILE pos <= len AND substr(conninfo, pos, 1) ~ '[[:space:]]' LOOP
+			pos := pos + 1;
+		END LOOP;
+		IF pos > len OR substr(conninfo, pos, 1) <> '=' THEN
+			RAISE EXCEPTION 'missing "=" after "%" in a connection string', keyword
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		pos := pos + 1;
+		WHILE pos <= len AND substr(conninfo, pos, 1) ~ '[[:space:]]' LOOP
+			pos := pos + 1;
+		END LOOP;
+		-- the value: quoted, or up to white space; a backslash escapes
+		value := '';
+		IF pos <= len AND substr(conninfo, pos, 1) = '''' THEN
+			pos := pos + 1;
+			LOOP
+				IF pos > len THEN
+					RAISE EXCEPTION 'unterminated quoted string in a connection string'
+						USING ERRCODE = 'invalid_parameter_value';
+				END IF;
+				c := substr(conninfo, pos, 1);
+				IF c = backslash THEN
+					pos := pos + 1;
+					IF pos > len THEN
+						RAISE EXCEPTION 'unterminated quoted string in a connection string'
+							USING ERRCODE = 'invalid_parameter_value';
+					END IF;
+					c := substr(conninfo, pos, 1);
+				ELSIF c = '''' THEN
+					pos := pos + 1;
+					EXIT;
+				END IF;
+				value := value || c;
+				pos := pos + 1;
+			END LOOP;
+		ELSE
+			WHILE pos <= len AND substr(conninfo, pos, 1) !~ '[[:space:]]' LOOP
+				c := substr(conninfo, pos, 1);
+				IF c = backslash THEN
+					pos := pos + 1;
+					EXIT WHEN pos > len;
+					c := substr(conninfo, pos, 1);
+				END IF;
+				value := value || c;
+				pos := pos + 1;
+			END LOOP;
+		END IF;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.conninfo_options(text) IS 'the keyword/value pairs of a libpq connection string (key=value or URI form), as libpq reads them';
+
+/*
+ * conninfo_secret: the keyword of the first secret a connection string
+ * carries, or NULL: password (matched in any case, although libpq knows
+ * only the lower-case one), including the password of a URI's user
+ * information; sslpassword (the pass phrase of a client key); and a dbname
+ * that is itself a connection string carrying one (libpq expands such a
+ * dbname in some of its calls).
+ */
+CREATE FUNCTION jobguard.conninfo_secret(conninfo text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	o record;
+	inner_secret text;
+BEGIN
+	FOR o IN SELECT * FROM jobguard.conninfo_options(conninfo) LOOP
+		IF lower(o.keyword) IN ('password', 'sslpassword') THEN
+			RETURN lower(o.keyword);
+		END IF;
+		IF lower(o.keyword) = 'dbname' AND (o.value ~* '^postgres(ql)?://' OR position('=' IN o.value) > 0) THEN
+			inner_secret := jobguard.conninfo_secret(o.value);
+			IF inner_secret IS NOT NULL THEN
+				RETURN inner_secret;
+			END IF;
+		END IF;
+	END LOOP;
+	RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.conninfo_secret(text) IS 'the keyword of the first secret (password, sslpassword) a libpq connection string carries, or NULL';
+
+/*
+ * configure_proxy: define (or redefine) the cluster 'jobguard_shards' as
+ * the foreign server of that name with one option p<k> per shard.  The
+ * number of shards must be a power of two and must equal the shard_count
+ * the shards were configured with.
+ *
+ * The server's options are readable by every role (pg_foreign_server), so
+ * a connection string carrying a password (or an sslpassword), in any form
+ * libpq accepts, is refused (22023); the message never repeats the string.
+ * Credentials go into one user mapping per client role, readable only by
+ * that role and by superusers.  No user mapping is made here, and none for
+ * PUBLIC: a role without a mapping of its own cannot reach the shards.
+ */
+CREATE FUNCTION jobguard.configure_proxy(VARIADIC shards text[])
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer := coalesce(cardinality(shards), 0);
+	existing text[];
+	opts text[] := '{}';
+	k integer;
+	key text;
+	secret text;
+	problem text;
+BEGIN
+	IF shards IS NULL OR array_position(shards, NULL) IS NOT NULL THEN
+		RAISE EXCEPTION 'the connection strings of jobguard.configure_proxy() must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF n NOT BETWEEN 1 AND 1024 OR (n & (n - 1)) <> 0 THEN
+		RAISE EXCEPTION 'the number of shards must be a power of two from 1 to 1024'
+			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('%s connection strings were given.', n);
+	END IF;
+	IF EXISTS (SELECT 1 FROM unnest(shards) s WHERE btrim(s) = '') THEN
+		RAISE EXCEPTION 'the connection strings of jobguard.configure_proxy() must not be empty'
+			USING ERRCODE = 'invalid_parameter_value';
+	END IF;
+	FOR k IN 0 .. n - 1 LOOP
+		BEGIN
+			secret := jobguard.conninfo_secret(shards[k + 1]);
+		EXCEPTION WHEN invalid_parameter_value THEN
+			GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+			RAISE EXCEPTION 'the connection string of shard % is not valid', k
+				USING ERRCODE = 'invalid_parameter_value', DETAIL = format('libpq would refuse it: %s.', problem);
+		END;
+		IF secret = 'password' THEN
+			RAISE EXCEPTION 'the connection string of shard % contains a password', k
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'The options of the foreign server jobguard_shards are readable by every role (pg_foreign_server).',
+					  HINT = 'Leave the password out, and give each client role its own credentials: CREATE USER MAPPING FOR <client role> SERVER jobguard_shards OPTIONS (user ''<shard role>'', password ''...'').';
+		ELSIF secret IS NOT NULL THEN
+			RAISE EXCEPTION 'the connection string of shard % contains an sslpassword', k
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = 'The options of the foreign server jobguard_shards are readable by every role (pg_foreign_server).',
+					  HINT = 'Use a client key without a pass phrase, readable only by the operating system user of the proxy''s server.';
+		END IF;
+	END LOOP;
+
+	SELECT coalesce(array_agg(split_part(o, '=', 1)), '{}') INTO existing
+	  FROM pg_foreign_server s, unnest(s.srvoptions) o
+	 WHERE s.srvname = 'jobguard_shards';
+
+	IF NOT EXISTS (SELECT 1 FROM pg_foreign_server WHERE srvname = 'jobguard_shards') THEN
+		FOR k IN 0 .. n - 1 LOOP
+			opts := opts || format('p%s %L', k, shards[k + 1]);
+		END LOOP;
+		EXECUTE format('CREATE SERVER jobguard_shards FOREIGN DATA WRAPPER plproxy OPTIONS (%s)',
+					   array_to_string(opts, ', '));
+	ELSE
+		FOR k IN 0 .. n - 1 LOOP
+			opts := opts || format('%s p%s %L',
+								   CASE WHEN format('p%s', k) = ANY (existing) THEN 'SET' ELSE 'ADD' END,
+								   k, shards[k + 1]);
+		END LOOP;
+		FOREACH key IN ARRAY existing LOOP
+			IF key ~ '^p[0-9]+$' AND substr(key, 2)::integer >= n THEN
+				opts := opts || format('DROP %s', key);
+			END IF;
+		END LOOP;
+		EXECUTE format('ALTER SERVER jobguard_shards OPTIONS (%s)', array_to_string(opts, ', '));
+	END IF;
+	IF EXISTS (SELECT 1 FROM pg_user_mappings
+				WHERE srvname = 'jobguard_shards' AND umuser = 0) THEN
+		RAISE WARNING 'a user mapping for PUBLIC exists on server jobguard_shards'
+			USING DETAIL = 'Every role with USAGE on the server reaches the shards through it.',
+				  HINT = 'DROP USER MAPPING FOR PUBLIC SERVER jobguard_shards, and map each client role instead.';
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.configure_proxy(text[]) IS 'define the shards: one connection string per shard, shard 0 first (a power of two of them); no passwords (user mappings hold them)';
+
+/*
+ * shard_config: what one partition of the cluster says it is, read from
+ * the shard's view jobguard.shard_overview, which every role jobguard
+ * granted anything may read (jobguard 1.1 on the shards): the role a user
+ * mapping names needs no rights on the shard's tables.
+ */
+CREATE FUNCTION jobguard.shard_config(partition integer, OUT shard_no integer, OUT shard_count integer)
+RETURNS record
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON partition;
+	SELECT s.shard_no, s.shard_count
+	  FROM (SELECT true AS present) p
+	  LEFT JOIN jobguard.shard_overview s ON true;
+$$;
+
+COMMENT ON FUNCTION jobguard.shard_config(integer) IS 'shard_no and shard_count of one partition, as that shard says (NULL when it is not configured)';
+
+/*
+ * check_shards: one row per partition of the cluster with the shard
+ * configuration found there; ok is true when partition k holds shard k of
+ * n, n being the number of partitions.  Run it after configure_proxy(): a
+ * partition in the wrong place would send id-routed calls to the wrong shard
+ * (which then answers JG008 or JG009).
+ */
+CREATE FUNCTION jobguard.check_shards(OUT partition integer, OUT connstr text,
+									  OUT shard_no integer, OUT shard_count integer, OUT ok boolean)
+RETURNS SETOF record
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer;
+	k integer;
+BEGIN
+	SELECT count(*) INTO n
+	  FROM pg_foreign_server s, unnest(s.srvoptions) o
+	 WHERE s.srvname = 'jobguard_shards' AND o ~ '^p[0-9]+=';
+	IF n = 0 THEN
+		RAISE EXCEPTION 'the jobguard shards are not configured'
+			USING ERRCODE = 'object_not_in_prerequisite_state',
+				  HINT = 'Call jobguard.configure_proxy() with the connection string of every shard.';
+	END IF;
+	FOR k IN 0 .. n - 1 LOOP
+		partition := k;
+		SELECT substr(o, length(format('p%s=', partition)) + 1) INTO connstr
+		  FROM pg_foreign_server s, unnest(s.srvoptions) o
+		 WHERE s.srvname = 'jobguard_shards' AND o LIKE format('p%s=%%', partition);
+		SELECT c.shard_no, c.shard_count INTO shard_no, shard_count
+		  FROM jobguard.shard_config(partition) c;
+		ok := shard_no IS NOT DISTINCT FROM partition AND shard_count IS NOT DISTINCT FROM n;
+		RETURN NEXT;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.check_shards() IS 'the shard configuration of every partition; ok when partition k is shard k of n';
+
+---------------------------------------------------------------------------
+-- The row types of job() and attempts_of(), as on the shards.
+---------------------------------------------------------------------------
+
+CREATE TYPE jobguard.job_overview AS (
+	job_id			bigint,
+	owner_id		text,
+	idempotency_key text,
+	operation		text,
+	provider		text,
+	params			jsonb,
+	max_attempts	integer,
+	state			text,
+	version			bigint,
+	attempts		integer,
+	completed_by	bigint,
+	result			jsonb,
+	created_at		timestamptz,
+	completed_at	timestamptz,
+	cancelled_at	timestamptz
+);
+
+COMMENT ON TYPE jobguard.job_overview IS 'one job with its derived state, as jobguard.job() returns it (on the proxy a row type, not a view)';
+
+CREATE TYPE jobguard.attempt_overview AS (
+	attempt_id		bigint,
+	job_id			bigint,
+	attempt_no		integer,
+	provider		text,
+	state			text,
+	read_version	bigint,
+	attempt_key		text,
+	started_at		timestamptz,
+	deadline		timestamptz,
+	finished_at		timestamptz,
+	error			text,
+	lost_to			bigint,
+	lost_result		jsonb,
+	cancelled_at	timestamptz,
+	cancel_reason	text
+);
+
+COMMENT ON TYPE jobguard.attempt_overview IS 'one attempt with its effective state, as jobguard.attempts_of() returns it (on the proxy a row type, not a view)';
+
+---------------------------------------------------------------------------
+-- Submitting: routed by owner.
+---------------------------------------------------------------------------
+
+CREATE FUNCTION jobguard.submit(owner_id text,
+								idempotency_key text,
+								operation text,
+								params jsonb,
+								provider text,
+								max_attempts integer DEFAULT NULL,
+								OUT job_id bigint,
+								OUT created boolean)
+RETURNS record
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_owner(owner_id);
+$$;
+
+COMMENT ON FUNCTION jobguard.submit(text, text, text, jsonb, text, integer) IS 'jobguard.submit on the shard of owner_id';
+
+---------------------------------------------------------------------------
+-- Jobs and attempts: routed by id.
+---------------------------------------------------------------------------
+
+CREATE FUNCTION jobguard.begin_attempt(job_id bigint,
+									   provider text DEFAULT NULL,
+									   timeout interval DEFAULT '30 seconds',
+									   attempt_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(job_id);
+$$;
+
+CREATE FUNCTION jobguard.finish_attempt(attempt_id bigint, result jsonb)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(attempt_id);
+$$;
+
+CREATE FUNCTION jobguard.fail_attempt(attempt_id bigint, error text)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(attempt_id);
+$$;
+
+CREATE FUNCTION jobguard.mark_unknown(attempt_id bigint)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(attempt_id);
+$$;
+
+CREATE FUNCTION jobguard.cancel_attempt(attempt_id bigint, reason text)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(attempt_id);
+$$;
+
+CREATE FUNCTION jobguard.cancel_job(job_id bigint, reason text)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(job_id);
+$$;
+
+CREATE FUNCTION jobguard.job_state(job_id bigint)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(job_id);
+$$;
+
+CREATE FUNCTION jobguard.job(job_id bigint)
+RETURNS jobguard.job_overview
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(job_id);
+$$;
+
+CREATE FUNCTION jobguard.attempts_of(job_id bigint)
+RETURNS SETOF jobguard.attempt_overview
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(job_id);
+$$;
+
+CREATE FUNCTION jobguard.await(job_id bigint, timeout interval)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(job_id);
+$$;
+
+COMMENT ON FUNCTION jobguard.begin_attempt(bigint, text, interval, text) IS 'jobguard.begin_attempt on the shard of job_id';
+COMMENT ON FUNCTION jobguard.finish_attempt(bigint, jsonb) IS 'jobguard.finish_attempt on the shard of attempt_id';
+COMMENT ON FUNCTION jobguard.fail_attempt(bigint, text) IS 'jobguard.fail_attempt on the shard of attempt_id';
+COMMENT ON FUNCTION jobguard.mark_unknown(bigint) IS 'jobguard.mark_unknown on the shard of attempt_id';
+COMMENT ON FUNCTION jobguard.cancel_attempt(bigint, text) IS 'jobguard.cancel_attempt on the shard of attempt_id';
+COMMENT ON FUNCTION jobguard.cancel_job(bigint, text) IS 'jobguard.cancel_job on the shard of job_id';
+COMMENT ON FUNCTION jobguard.job_state(bigint) IS 'jobguard.job_state on the shard of job_id';
+COMMENT ON FUNCTION jobguard.job(bigint) IS 'jobguard.job on the shard of job_id';
+COMMENT ON FUNCTION jobguard.attempts_of(bigint) IS 'jobguard.attempts_of on the shard of job_id';
+COMMENT ON FUNCTION jobguard.await(bigint, interval) IS 'jobguard.await on the shard of job_id';
+
+---------------------------------------------------------------------------
+-- Contracts and certifications: on every shard.
+--
+-- PL/Proxy runs a RUN ON ALL call on the shards in parallel, each in its
+-- own autocommit transaction; a non-SETOF function may return only one
+-- row, so each call is a SETOF function returning one row per shard,
+-- wrapped in a function with the jobguard signature.  The calls are
+-- idempotent (define replaces, certify renews) except revoke, which raises
+-- JG004 on a shard where the provider is not certified.
+---------------------------------------------------------------------------
+
+CREATE FUNCTION jobguard.define_operation_on_shards(operation text, output_contract jsonb)
+RETURNS SETOF integer
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON ALL;
+	SELECT 1 FROM jobguard.define_operation(operation, output_contract);
+$$;
+
+CREATE FUNCTION jobguard.define_operation(operation text, output_contract jsonb)
+RETURNS void
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT count(*) FROM jobguard.define_operation_on_shards(operation, output_contract);
+END;
+
+CREATE FUNCTION jobguard.certify_provider_on_shards(operation text, provider text, evidence jsonb)
+RETURNS SETOF integer
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON ALL;
+	SELECT 1 FROM jobguard.certify_provider(operation, provider, evidence);
+$$;
+
+CREATE FUNCTION jobguard.certify_provider(operation text, provider text, evidence jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT count(*) FROM jobguard.certify_provider_on_shards(operation, provider, evidence);
+END;
+
+CREATE FUNCTION jobguard.revoke_provider_on_shards(operation text, provider text)
+RETURNS SETOF integer
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON ALL;
+	SELECT 1 FROM jobguard.revoke_provider(operation, provider);
+$$;
+
+CREATE FUNCTION jobguard.revoke_provider(operation text, provider text)
+RETURNS void
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT count(*) FROM jobguard.revoke_provider_on_shards(operation, provider);
+END;
+
+-- check_result reads only the contract, which every shard holds: any shard.
+CREATE FUNCTION jobguard.check_result(operation text, result jsonb)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON ANY;
+$$;
+
+COMMENT ON FUNCTION jobguard.define_operation(text, jsonb) IS 'jobguard.define_operation on every shard';
+COMMENT ON FUNCTION jobguard.certify_provider(text, text, jsonb) IS 'jobguard.certify_provider on every shard';
+COMMENT ON FUNCTION jobguard.revoke_provider(text, text) IS 'jobguard.revoke_provider on every shard';
+COMMENT ON FUNCTION jobguard.check_result(text, jsonb) IS 'jobguard.check_result on any one shard';
+
+---------------------------------------------------------------------------
+-- Operating the shards from the proxy: on every shard, results combined.
+---------------------------------------------------------------------------
+
+CREATE FUNCTION jobguard.check_invariants()
+RETURNS TABLE (invariant text, job_id bigint, attempt_id bigint, detail text)
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON ALL;
+$$;
+
+COMMENT ON FUNCTION jobguard.check_invariants() IS 'jobguard.check_invariants on every shard (job and attempt ids name their shard)';
+
+CREATE FUNCTION jobguard.purge_on_shards(older_than interval, batch_size integer)
+RETURNS SETOF bigint
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON ALL;
+	SELECT jobguard.purge(older_than, batch_size);
+$$;
+
+CREATE FUNCTION jobguard.purge(older_than interval, batch_size integer DEFAULT 1000)
+RETURNS bigint
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT coalesce(sum(n), 0)::bigint FROM jobguard.purge_on_shards(older_than, batch_size) n;
+END;
+
+COMMENT ON FUNCTION jobguard.purge(interval, integer) IS 'jobguard.purge on every shard (batch_size per shard); the jobs deleted in all';
+
+CREATE FUNCTION jobguard.stats_on_shards(OUT metric text, OUT value bigint)
+RETURNS SETOF record
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON ALL;
+	SELECT s.metric, s.value FROM jobguard.stats() s;
+$$;
+
+CREATE FUNCTION jobguard.stats(OUT metric text, OUT value bigint)
+RETURNS SETOF record
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT s.metric, sum(s.value)::bigint
+	  FROM jobguard.stats_on_shards() WITH ORDINALITY s (metric, value, n)
+	 GROUP BY s.metric
+	 ORDER BY min(s.n), s.metric;
+END;
+
+COMMENT ON FUNCTION jobguard.stats() IS 'jobguard.stats summed over every shard';
+
+---------------------------------------------------------------------------
+-- Privileges, as on the shards: nothing for PUBLIC.
+---------------------------------------------------------------------------
+
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA jobguard FROM PUBLIC;
+
+/*
+ * grant_client: what an application role needs on the proxy: the API, and
+ * USAGE on the cluster.  PL/Proxy connects to the shards with the role's
+ * own user mapping, as the shard role the mapping names, which
+ * jobguard.grant_client() must have made a client on every shard; the
+ * scope is that shard role's.  A WARNING says when the role has no mapping
+ * yet (its calls fail until it has one).
+ */
+CREATE FUNCTION jobguard.grant_client(role name)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF role IS NULL THEN
+		RAISE EXCEPTION 'argument "role" of jobguard.grant_client() must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF to_regrole(quote_ident(role)) IS NULL THEN
+		RAISE EXCEPTION 'role "%" does not exist', role USING ERRCODE = 'undefined_object';
+	END IF;
+	EXECUTE format('GRANT USAGE ON SCHEMA jobguard TO %I', role);
+	EXECUTE format('GRANT USAGE ON FOREIGN SERVER jobguard_shards TO %I', role);
+	EXECUTE format('GRANT EXECUTE ON FUNCTION'
+				   ' jobguard.route_owner(text), jobguard.route_id(bigint),'
+				   ' jobguard.submit(text, text, text, jsonb, text, integer),'
+				   ' jobguard.begin_attempt(bigint, text, interval, text),'
+				   ' jobguard.finish_attempt(bigint, jsonb),'
+				   ' jobguard.fail_attempt(bigint, text),'
+				   ' jobguard.mark_unknown(bigint),'
+				   ' jobguard.cancel_attempt(bigint, text),'
+				   ' jobguard.cancel_job(bigint, text),'
+				   ' jobguard.job_state(bigint), jobguard.job(bigint), jobguard.attempts_of(bigint),'
+				   ' jobguard.await(bigint, interval), jobguard.check_result(text, jsonb) TO %I', role);
+	IF NOT EXISTS (SELECT 1 FROM pg_user_mappings m
+				    WHERE m.srvname = 'jobguard_shards' AND m.usename = role) THEN
+		RAISE WARNING 'role "%" has no user mapping for server jobguard_shards', role
+			USING DETAIL = 'Its calls fail until it has one.',
+				  HINT = format('CREATE USER MAPPING FOR %I SERVER jobguard_shards OPTIONS (user ''<shard role>'', password ''...'')', role);
+	END IF;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.grant_client(name) IS 'let a role call the jobguard API through the proxy (it needs a user mapping to a client role of the shards)';
+
+REVOKE EXECUTE ON FUNCTION jobguard.grant_client(name) FROM PUBLIC;
