@@ -213,7 +213,8 @@ is(as_role($other, 'owned', 'shop_app', q{SELECT string_agg(job_id || ' ' || par
 is(as_role($other, 'owned', 'blog_app',
 		q{SELECT job_id || ' ' || created FROM jobguard.submit('dana', 'order-1', 'publish', '{"post": 7}', 'wp')}),
 	"$blog_job false", 'the blog replays its key to its own job: the privileges came along');
-my ($ret, $out, $err) = $other->psql('owned', "SELECT jobguard.job_state($shop_job)",
+my $ret;
+($ret, $out, $err) = $other->psql('owned', "SELECT jobguard.job_state($shop_job)",
 	connstr => $other->connstr('owned') . ' user=blog_app');
 like($err, qr/job $shop_job does not exist/, "the blog still cannot see the shop's job");
 is(as_role($other, 'owned', 'audit', 'SELECT count(*) || $$ $$ || count(params) FROM jobguard.job_overview'),
