@@ -73,6 +73,7 @@ as_cluster_owner_prefix() {
 # start_cluster [postgres -c options...]: initdb and start a throwaway
 # cluster in a temporary directory on a free port; export PGHOST, PGPORT,
 # PGUSER and PGDATABASE for it; remove it on exit, also when interrupted.
+# PG_CTL_OPTS adds options to pg_ctl start (run-valgrind's server binary).
 start_cluster() {
 	CLUSTER_DIR=$(mktemp -d "${TMPDIR:-/tmp}/jobguard.XXXXXX")
 	chmod 755 "$CLUSTER_DIR"
@@ -90,7 +91,7 @@ start_cluster() {
 	local o
 	for o in "$@"; do opts="$opts -c $o"; done
 	if ! as_cluster_owner "$PGBIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" \
-		-w -t 60 -o "$opts" start >/dev/null; then
+		-w -t 60 ${PG_CTL_OPTS:-} -o "$opts" start >/dev/null; then
 		cat "$CLUSTER_DIR/server.log" >&2
 		return 1
 	fi
