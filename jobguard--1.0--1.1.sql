@@ -559,6 +559,9 @@ BEGIN
 			USING ERRCODE = 'null_value_not_allowed';
 	END IF;
 
+	-- one grant change at a time: concurrent GRANTs and REVOKEs on the same
+	-- objects would fail with "tuple concurrently updated"
+	LOCK TABLE jobguard.grants IN SHARE ROW EXCLUSIVE MODE;
 	PERFORM jobguard.take_back(role);
 	EXECUTE format('GRANT USAGE ON SCHEMA jobguard TO %s', role);
 	EXECUTE format('GRANT SELECT ON jobguard.job_overview, jobguard.attempt_overview,'
@@ -598,6 +601,7 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+	LOCK TABLE jobguard.grants IN SHARE ROW EXCLUSIVE MODE;
 	EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA jobguard FROM %s', role);
 	EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA jobguard FROM %s', role);
 	EXECUTE format('REVOKE USAGE ON SCHEMA jobguard FROM %s', role);
