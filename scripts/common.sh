@@ -17,12 +17,13 @@ as_root() {
 
 # ensure_packages [extra...]: install the Debian packages jobguard needs
 # (and any extra ones named) that are not installed yet.  pg_auto_failover
-# (the CLI and its extension) runs the failover test, t/005_failover.pl.
+# (the CLI and its extension) and DBD::Pg (its clients use libpq's multi-host
+# connection strings) run the failover test, t/005_failover.pl.
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
 		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl \
-		pg-auto-failover-cli "postgresql-$PG_MAJOR-auto-failover" "$@"; do
+		pg-auto-failover-cli "postgresql-$PG_MAJOR-auto-failover" libdbd-pg-perl "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")
 	done
