@@ -11,13 +11,16 @@
  * visible to plain SQL and to other tools.  It runs only when jobguard is
  * in shared_preload_libraries, survives errors (it logs them and tries
  * again next interval), stops on SIGTERM, and does nothing in a database
- * where the extension is not installed.
+ * where the extension is not installed.  On a hot standby it does not run
+ * at all: the postmaster starts it when recovery ends, so a promoted
+ * standby starts sweeping within one interval of its promotion.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "access/xlog.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -189,7 +192,16 @@ jobguard_sweeper_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		sweep();
+		/*
+		 * Never write on a hot standby.  The worker starts only once
+		 * recovery has finished (BgWorkerStart_RecoveryFinished), so this
+		 * cannot happen today; the check keeps it so should the start time
+		 * ever change, and costs one shared-memory read per interval.  A
+		 * standby's sweeper would idle here silently and sweep from the
+		 * first interval after promotion.
+		 */
+		if (!RecoveryInProgress())
+			sweep();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sweep_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
