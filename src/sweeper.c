@@ -13,14 +13,14 @@
  * again next interval), stops on SIGTERM, and does nothing in a database
  * where the extension is not installed.  On a hot standby it does not run
  * at all: the postmaster starts it when recovery ends, so a promoted
- * standby starts sweeping within one interval of its promotion.
+ * standby starts sweeping within one interval of its promotion, or of the
+ * moment the node takes writes (see sweep_batch).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
 #include "access/xact.h"
-#include "access/xlog.h"
 #include "commands/extension.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
@@ -111,7 +111,7 @@ sweeper_init(void)
 /*
  * sweep_batch: in one transaction, mark up to sweep_batch_size overdue
  * attempts unknown.  Returns how many it marked, or 0 when jobguard is not
- * installed in this database.
+ * installed in this database or the server takes no writes now.
  */
 static uint64
 sweep_batch(void)
@@ -124,7 +124,14 @@ sweep_batch(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "jobguard: marking overdue attempts unknown");
 
-	if (OidIsValid(get_extension_oid("jobguard", true)))
+	/*
+	 * A read-only transaction is not an error here but "not now": during
+	 * recovery (should the worker ever run then), and while a failover
+	 * manager holds a node with default_transaction_read_only = on, as
+	 * pg_auto_failover does for a few seconds when it promotes or demotes
+	 * one.  Writing anyway would log an ERROR every interval.
+	 */
+	if (!XactReadOnly && OidIsValid(get_extension_oid("jobguard", true)))
 	{
 		store_connect(&caller);
 		marked = store_sweep_overdue(sweep_batch_size);
@@ -192,16 +199,7 @@ jobguard_sweeper_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		/*
-		 * Never write on a hot standby.  The worker starts only once
-		 * recovery has finished (BgWorkerStart_RecoveryFinished), so this
-		 * cannot happen today; the check keeps it so should the start time
-		 * ever change, and costs one shared-memory read per interval.  A
-		 * standby's sweeper would idle here silently and sweep from the
-		 * first interval after promotion.
-		 */
-		if (!RecoveryInProgress())
-			sweep();
+		sweep();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sweep_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
