@@ -1,4 +1,4 @@
-#!/usr/bin/perl
+#!/usr/bin/env perl
 # examples/failover/retrying_client.pl: a jobguard client that survives a
 # primary failover.  It runs the lifecycle of many intents (submit,
 # begin_attempt, finish_attempt, with cancels, fallbacks, failures and late
