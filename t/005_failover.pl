@@ -208,6 +208,12 @@ ok(wait_until(30, sub {
 	sql($port{node1}, q{SELECT sync_state FROM pg_stat_replication}) =~ /^(sync|quorum)$/ }),
 	'the standby is synchronous');
 is(sql($port{node1}, 'SHOW synchronous_commit'), 'on', 'commits wait for the standby to flush');
+# number_sync_standbys = 0 already means one synchronous standby here; 1
+# would need two standbys, and the monitor says so.
+($rc, $out, $err) = run_cmd('', $pg_autoctl, 'set', 'formation', 'number-sync-standbys', '1',
+	'--pgdata', $pgdata{monitor});
+isnt($rc, 0, 'number_sync_standbys = 1 is refused with one standby');
+like($err, qr/number-sync-standbys value 1 is not valid/, 'with the monitor\'s reason');
 is(sql($port{node2}, q{SELECT pg_is_in_recovery()
 	|| ' ' || (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'jobguard sweeper')}),
 	'true 0', 'the standby runs no sweeper');
@@ -436,7 +442,7 @@ sub check_node
 		"$label: amcheck finds every jobguard index sound ("
 		  . ($full ? 'bt_index_parent_check' : 'bt_index_check') . ')');
 	is(sql($port, q{SELECT coalesce(string_agg(c.relname || ': ' || v.msg, '; '), '')
-		FROM pg_class c, LATERAL verify_heapam(c.oid) v
+		FROM pg_class c, LATERAL verify_heapam(c.oid, check_toast => true) v
 		WHERE c.relnamespace = 'jobguard'::regnamespace AND c.relkind = 'r'}),
 		'', "$label: verify_heapam finds every jobguard table sound");
 	return;
