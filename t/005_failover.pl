@@ -138,8 +138,8 @@ sub initdb
 	return;
 }
 
-# create_node: register a data node with the monitor.  Extra arguments
-# (such as --run) are passed on.
+# create_node_cmd: the command that registers a data node with the monitor;
+# extra arguments (such as --run) are passed on.
 sub create_node_cmd
 {
 	my ($name, @extra) = @_;
