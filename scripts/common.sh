@@ -20,11 +20,15 @@ as_root() {
 
 # ensure_packages [extra...]: install the Debian packages jobguard needs
 # (and any extra ones named) that are not installed yet.  python3-psycopg
-# and python3-pytest are for the Python client (clients/python).
+# and python3-pytest are for the Python client (clients/python) and the
+# random test; pg_auto_failover (the CLI and its extension) and DBD::Pg (its
+# clients use libpq's multi-host connection strings) run the failover test,
+# t/008_failover.pl.
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
-		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl python3-psycopg python3-pytest "$@"; do
+		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl python3-psycopg python3-pytest \
+		pg-auto-failover-cli "postgresql-$PG_MAJOR-auto-failover" libdbd-pg-perl "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")
 	done

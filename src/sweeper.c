@@ -11,7 +11,10 @@
  * visible to plain SQL and to other tools.  It runs only when jobguard is
  * in shared_preload_libraries, survives errors (it logs them and tries
  * again next interval), stops on SIGTERM, and does nothing in a database
- * where the extension is not installed.
+ * where the extension is not installed.  On a hot standby it does not run
+ * at all: the postmaster starts it when recovery ends, so a promoted
+ * standby starts sweeping within one interval of its promotion, or of the
+ * moment the node takes writes (see sweep_batch).
  *
  *-------------------------------------------------------------------------
  */
@@ -109,7 +112,7 @@ sweeper_init(void)
 /*
  * sweep_batch: in one transaction, mark up to sweep_batch_size overdue
  * attempts unknown.  Returns how many it marked, or 0 when jobguard is not
- * installed in this database.
+ * installed in this database or the server takes no writes now.
  */
 static uint64
 sweep_batch(void)
@@ -122,7 +125,14 @@ sweep_batch(void)
 	PushActiveSnapshot(GetTransactionSnapshot());
 	pgstat_report_activity(STATE_RUNNING, "jobguard: marking overdue attempts unknown");
 
-	if (OidIsValid(get_extension_oid("jobguard", true)))
+	/*
+	 * A read-only transaction is not an error here but "not now": during
+	 * recovery (should the worker ever run then), and while a failover
+	 * manager holds a node with default_transaction_read_only = on, as
+	 * pg_auto_failover does for a few seconds when it promotes or demotes
+	 * one.  Writing anyway would log an ERROR every interval.
+	 */
+	if (!XactReadOnly && OidIsValid(get_extension_oid("jobguard", true)))
 	{
 		store_connect(&caller);
 		marked = store_sweep_overdue(sweep_batch_size);
