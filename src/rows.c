@@ -694,7 +694,8 @@ lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
  */
 static int64
 begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-			  Datum timeout, Datum attempt_key, bool attempt_key_null)
+			  Datum timeout, Datum attempt_key, bool attempt_key_null,
+			  Datum worker, bool worker_null)
 {
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->attempt_att;
@@ -742,6 +743,8 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 			set(&w, a[ATT_ATTEMPT_KEY], attempt_key, attempt_key_null);
 			set(&w, a[ATT_STARTED_AT], now, false);
 			set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, timeout), false);
+			set(&w, a[ATT_WORKER], worker, worker_null);
+			set(&w, a[ATT_TIMEOUT], timeout, false);
 			/* id: the column's default, as in SQL */
 			if (insert_unless_conflict(&w, NIL, snap))
 				id = DatumGetInt64(w.new_row->tts_values[a[ATT_ID] - 1]);
@@ -957,12 +960,13 @@ rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operati
 /* rows_begin_attempt: see begin_attempt. */
 int64
 rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-				   Datum timeout, Datum attempt_key, bool attempt_key_null)
+				   Datum timeout, Datum attempt_key, bool attempt_key_null,
+				   Datum worker, bool worker_null)
 {
 	volatile int64 id = 0;
 
 	ROWS_GUARDED(id = begin_attempt(job_id, scope, provider, provider_null, timeout,
-									attempt_key, attempt_key_null));
+									attempt_key, attempt_key_null, worker, worker_null));
 	return id;
 }
 

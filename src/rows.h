@@ -42,6 +42,7 @@ typedef enum JobColumn
 	JOB_CANCELLED_AT,
 	JOB_CANCEL_REASON,
 	JOB_SCOPE,
+	JOB_NOT_BEFORE,
 	JOB_COLUMN_COUNT
 } JobColumn;
 
@@ -63,6 +64,8 @@ typedef enum AttemptColumn
 	ATT_LOST_RESULT,
 	ATT_CANCELLED_AT,
 	ATT_CANCEL_REASON,
+	ATT_WORKER,
+	ATT_TIMEOUT,
 	ATT_COLUMN_COUNT
 } AttemptColumn;
 

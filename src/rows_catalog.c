@@ -52,7 +52,7 @@ static const KnownColumn job_columns[JOB_COLUMN_COUNT] = {
 	{"max_attempts", INT4OID}, {"version", INT8OID}, {"completed_by", INT8OID},
 	{"result", JSONBOID}, {"created_at", TIMESTAMPTZOID},
 	{"completed_at", TIMESTAMPTZOID}, {"cancelled_at", TIMESTAMPTZOID},
-	{"cancel_reason", TEXTOID}, {"scope", TEXTOID}
+	{"cancel_reason", TEXTOID}, {"scope", TEXTOID}, {"not_before", TIMESTAMPTZOID}
 };
 
 static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
@@ -61,7 +61,8 @@ static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
 	{"attempt_key", TEXTOID}, {"started_at", TIMESTAMPTZOID},
 	{"deadline", TIMESTAMPTZOID}, {"finished_at", TIMESTAMPTZOID},
 	{"error", TEXTOID}, {"lost_to", INT8OID}, {"lost_result", JSONBOID},
-	{"cancelled_at", TIMESTAMPTZOID}, {"cancel_reason", TEXTOID}
+	{"cancelled_at", TIMESTAMPTZOID}, {"cancel_reason", TEXTOID},
+	{"worker", TEXTOID}, {"timeout", INTERVALOID}
 };
 
 static const KnownColumn operation_columns[OP_COLUMN_COUNT] = {
