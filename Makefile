@@ -16,7 +16,7 @@ OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o
 DATA        = jobguard--1.0.sql jobguard--1.1.sql jobguard--1.0--1.1.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit attempts contracts security operations sharding fast_path scopes install
+REGRESS      = submit attempts contracts security operations sharding fast_path scopes install worker
 REGRESS_OPTS = --load-extension=jobguard
 
 ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scopes
