@@ -19,7 +19,7 @@ PGFILEDESC  = "jobguard - one job per user intent"
 REGRESS      = submit attempts contracts security operations sharding fast_path scopes install worker
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scopes
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scopes claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race
 ISOLATION_OPTS = --load-extension=jobguard
 
 TAP_TESTS = 1
