@@ -510,6 +510,45 @@ insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 }
 
 /*
+ * insert_jobs: store_insert_jobs() without SQL: one INSERT ... ON CONFLICT
+ * DO NOTHING of many rows, as a multi-row INSERT makes it — one writer,
+ * one statement snapshot, the rows in order, so that a later row with the
+ * key of an earlier one conflicts with it.
+ */
+static void
+insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
+{
+	RowsCatalog *cat = rows_active_catalog();
+	const AttrNumber *a = cat->job_att;
+	RowWriter	w;
+	Snapshot	snap = begin_statement();
+	List	   *arbiters = list_make1_oid(cat->jobs_owner_key);
+
+	writer_open(&w, cat->jobs, &cat->job_rules, true);
+	for (int i = 0; i < batch->count; i++)
+	{
+		inserted[i] = false;
+		if (batch->skip[i])
+			continue;
+		CHECK_FOR_INTERRUPTS();
+		new_row_start(&w);
+		set(&w, a[JOB_OWNER_ID], batch->owner_ids[i], false);
+		set(&w, a[JOB_IDEMPOTENCY_KEY], batch->idempotency_keys[i], false);
+		set(&w, a[JOB_OPERATION], batch->operations[i], false);
+		set(&w, a[JOB_PARAMS], batch->params[i], false);
+		set(&w, a[JOB_PROVIDER], batch->providers[i], false);
+		set(&w, a[JOB_MAX_ATTEMPTS], batch->max_attempts[i], batch->max_attempts_null[i]);
+		set(&w, a[JOB_SCOPE], scope, false);
+		inserted[i] = insert_unless_conflict(&w, arbiters, snap);
+		if (inserted[i])
+			job_ids[i] = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
+		ResetPerTupleExprContext(w.estate);
+	}
+	writer_close(&w);
+	end_statement();
+}
+
+/*
  * match_job: store_match_job() without SQL: the job for the key,
  * compared with the request column by column with the types' equality.
  */
@@ -942,6 +981,13 @@ rows_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operat
 	ROWS_GUARDED(inserted = insert_job(scope, owner_id, idempotency_key, operation, params,
 									   provider, max_attempts, max_attempts_null, job_id));
 	return inserted;
+}
+
+/* rows_insert_jobs: see insert_jobs. */
+void
+rows_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
+{
+	ROWS_GUARDED(insert_jobs(scope, batch, inserted, job_ids));
 }
 
 /* rows_match_job: see match_job. */

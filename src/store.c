@@ -100,6 +100,77 @@ store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum opera
 	return true;
 }
 
+/* same_text: whether two text Datums hold the same bytes. */
+static bool
+same_text(Datum a, Datum b)
+{
+	text	   *ta = DatumGetTextPP(a);
+	text	   *tb = DatumGetTextPP(b);
+
+	return VARSIZE_ANY_EXHDR(ta) == VARSIZE_ANY_EXHDR(tb) &&
+		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
+}
+
+/*
+ * store_insert_jobs: insert the batch's jobs that are not to be skipped,
+ * in order, each unless a job exists in the scope for its key (stored, or
+ * inserted by an earlier row).  inserted[i] says whether row i created a
+ * job, job_ids[i] its id.  One statement (STMT_INSERT_JOBS), or one pass
+ * of the fast path.
+ */
+void
+store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
+{
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum	   *wanted = palloc(sizeof(Datum) * Max(batch->count, 1));
+	int			nwanted = 0;
+	uint64		n;
+	int			row = 0;
+
+	if (rows_usable(ROWS_SUBMIT))
+	{
+		rows_insert_jobs(scope, batch, inserted, job_ids);
+		return;
+	}
+	for (int i = 0; i < batch->count; i++)
+	{
+		inserted[i] = false;
+		if (!batch->skip[i])
+			wanted[nwanted++] = Int64GetDatum(i + 1);
+	}
+	memcpy(values, batch->arrays, sizeof(Datum) * 6);
+	if (batch->arrays[5] == (Datum) 0)
+		nulls[5] = 'n';
+	values[6] = scope;
+	values[7] = PointerGetDatum(construct_array(wanted, nwanted, INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	n = sql_run(STMT_INSERT_JOBS, values, nulls);
+
+	/*
+	 * RETURNING gives the inserted rows in the order they were inserted,
+	 * the input order: match each to the next row with its key.
+	 */
+	for (uint64 r = 0; r < n; r++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		owner_id = SPI_getbinval(tuple, desc, 1, &isnull);
+		Datum		key = SPI_getbinval(tuple, desc, 2, &isnull);
+
+		while (row < batch->count &&
+			   (batch->skip[row] || !same_text(batch->owner_ids[row], owner_id) ||
+				!same_text(batch->idempotency_keys[row], key)))
+			row++;
+		if (row == batch->count)
+			elog(ERROR, "jobguard: an inserted job matches no request of the batch");
+		inserted[row] = true;
+		job_ids[row] = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
+		row++;
+	}
+}
+
 /*
  * store_match_job: find the job for (scope, owner_id, idempotency_key) and
  * compare it with the request.  Returns false if there is none (it was

@@ -37,6 +37,8 @@ extern bool store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							 Datum operation, Datum params, Datum provider,
 							 Datum max_attempts, bool max_attempts_null,
 							 int64 *job_id);
+extern void store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted,
+							  int64 *job_ids);
 extern bool store_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
@@ -108,6 +110,8 @@ extern bool rows_insert_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
 							int64 *job_id);
+extern void rows_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted,
+							 int64 *job_ids);
 extern bool rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 						   Datum operation, Datum params, Datum provider,
 						   Datum max_attempts, bool max_attempts_null,

@@ -89,6 +89,28 @@ static const StatementDef statements[STMT_COUNT] = {
 		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
+	/*
+	 * Many jobs in one statement, in input order ($8: the rows to insert,
+	 * by position): a later row with the key of an earlier one, or of a
+	 * stored job, inserts nothing.  Returns the key of every job inserted,
+	 * with its id; the caller matches them to the rows.
+	 */
+	[STMT_INSERT_JOBS] = {
+		"insert jobs",
+		"INSERT INTO jobguard.jobs AS j"
+		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
+		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7"
+		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6))"
+		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, n)"
+		" WHERE u.n OPERATOR(pg_catalog.=) ANY ($8)"
+		" ORDER BY u.n"
+		" ON CONFLICT (scope, owner_id, idempotency_key) DO NOTHING"
+		" RETURNING j.owner_id::pg_catalog.text, j.idempotency_key::pg_catalog.text, j.id",
+		8, {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
+		INT4ARRAYOID, TEXTOID, INT8ARRAYOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
 	/* The existing job for a key, and which parts of the request match it. */
 	[STMT_MATCH_JOB] = {
 		"match job",

@@ -74,6 +74,23 @@ typedef enum SubmitOutcome
 } SubmitOutcome;
 
 /*
+ * submit_outcome: what a request that found a job under its key comes to:
+ * a replay when the request is the same, JG001 when not (counted).
+ */
+static SubmitOutcome
+submit_outcome(const SubmitMatch *match)
+{
+	if (!match->same_operation || !match->same_params ||
+		!match->same_provider || !match->same_max_attempts)
+	{
+		stats_count(STAT_KEY_CONFLICTS);
+		return SUBMIT_KEY_REUSED;
+	}
+	stats_count(STAT_SUBMITS_REPLAYED);
+	return SUBMIT_REPLAYED;
+}
+
+/*
  * submit_one: submit one request in the scope, inside store_connect().
  * Inserts first and lets the unique constraint decide; only a conflicting
  * insert reads the existing job and compares the request with it (into
@@ -98,14 +115,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 							provider, max_attempts, max_attempts_null, match))
 		{
 			*job_id = match->job_id;
-			if (!match->same_operation || !match->same_params ||
-				!match->same_provider || !match->same_max_attempts)
-			{
-				stats_count(STAT_KEY_CONFLICTS);
-				return SUBMIT_KEY_REUSED;
-			}
-			stats_count(STAT_SUBMITS_REPLAYED);
-			return SUBMIT_REPLAYED;
+			return submit_outcome(match);
 		}
 		if (tries >= SUBMIT_MAX_TRIES)
 			ereport(ERROR,
@@ -257,14 +267,15 @@ batch_row_problem(const BatchColumn *columns, const int *max_chars, int ncolumns
  *						providers, max_attempts)
  *   -> TABLE (ord, job_id, created, sqlstate, message)
  *
- * Many requests in one call and one pass, each with the outcome submit()
- * would have given it, one row per request in input order: created,
- * replayed, or refused (22004, 22023, JG001 with the existing job's id),
- * a refused request writing nothing and not stopping the others.  Each
- * request goes through the same insert-first as submit(), so a later
- * request with a key used earlier in the same call finds that job: equal,
- * a replay; different, JG001.  Arrays of unequal length refuse the whole
- * call (22023).
+ * Many requests in one call, each with the outcome submit() would have
+ * given it, one row per request in input order: created, replayed, or
+ * refused (22004, 22023, JG001 with the existing job's id), a refused
+ * request writing nothing and not stopping the others.  The requests that
+ * pass their checks are inserted in one pass, in order, insert-first as
+ * submit() does (store_insert_jobs); only those that found a job under
+ * their key read it and compare — so a later request with a key used
+ * earlier in the same call finds that job: equal, a replay; different,
+ * JG001.  Arrays of unequal length refuse the whole call (22023).
  */
 Datum
 jobguard_submit_many(PG_FUNCTION_ARGS)
@@ -277,6 +288,14 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 	int			count;
 	Datum		scope;
 	MemoryContext row_cxt;
+	JobBatch	batch;
+	bool	   *skip;
+	int		   *sqlstates;
+	char	  **messages;
+	bool	   *attempts_null;
+	Datum	   *attempts;
+	bool	   *inserted;
+	int64	   *job_ids;
 
 	batch_column(fcinfo, 0, "owner_ids", "owner_id", TEXTOID, false, &columns[0]);
 	batch_column(fcinfo, 1, "idempotency_keys", "idempotency_key", TEXTOID, false, &columns[1]);
@@ -293,9 +312,46 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 					 errdetail("owner_ids has %d elements, %s %d.", count,
 							   columns[c].argname, columns[c].count)));
 
+	/* first, which requests are refused before they reach the table */
+	skip = palloc0(sizeof(bool) * Max(count, 1));
+	sqlstates = palloc0(sizeof(int) * Max(count, 1));
+	messages = palloc0(sizeof(char *) * Max(count, 1));
+	attempts_null = palloc(sizeof(bool) * Max(count, 1));
+	attempts = palloc0(sizeof(Datum) * Max(count, 1));
+	for (int i = 0; i < count; i++)
+	{
+		attempts_null[i] = max_attempts->count == -1 || max_attempts->nulls[i];
+		if (!attempts_null[i])
+			attempts[i] = max_attempts->values[i];
+		messages[i] = batch_row_problem(columns, max_chars, 5, i, &sqlstates[i]);
+		if (messages[i] == NULL && !attempts_null[i] && DatumGetInt32(attempts[i]) < 1)
+		{
+			sqlstates[i] = ERRCODE_INVALID_PARAMETER_VALUE;
+			messages[i] = psprintf("max_attempts of request %d must be at least 1 or null (it is %d)",
+								   i + 1, DatumGetInt32(attempts[i]));
+		}
+		skip[i] = messages[i] != NULL;
+	}
+	batch.count = count;
+	batch.owner_ids = columns[0].values;
+	batch.idempotency_keys = columns[1].values;
+	batch.operations = columns[2].values;
+	batch.params = columns[3].values;
+	batch.providers = columns[4].values;
+	batch.max_attempts = attempts;
+	batch.max_attempts_null = attempts_null;
+	batch.skip = skip;
+	for (int c = 0; c < 6; c++)
+		batch.arrays[c] = columns[c].count == -1 ? (Datum) 0 : PG_GETARG_DATUM(c);
+
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	scope = CStringGetTextDatum(scopes_submit_scope(GetUserId()));
+	inserted = palloc(sizeof(bool) * Max(count, 1));
+	job_ids = palloc0(sizeof(int64) * Max(count, 1));
 	store_connect(&caller);
+
+	/* then every other request in one pass; those that found a job compare with it */
+	store_insert_jobs(scope, &batch, inserted, job_ids);
 	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "jobguard submit_many row",
 									ALLOCSET_DEFAULT_SIZES);
 	for (int i = 0; i < count; i++)
@@ -303,27 +359,30 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 		MemoryContext old = MemoryContextSwitchTo(row_cxt);
 		Datum		row[5] = {Int32GetDatum(i + 1), (Datum) 0, BoolGetDatum(false)};
 		bool		row_nulls[5] = {false, true, false, true, true};
-		bool		attempts_null = max_attempts->count == -1 || max_attempts->nulls[i];
-		Datum		attempts = attempts_null ? (Datum) 0 : max_attempts->values[i];
-		int			sqlstate = 0;
-		char	   *message = batch_row_problem(columns, max_chars, 5, i, &sqlstate);
+		int			sqlstate = sqlstates[i];
+		char	   *message = messages[i];
 
-		if (message == NULL && !attempts_null && DatumGetInt32(attempts) < 1)
+		if (!skip[i])
 		{
-			sqlstate = ERRCODE_INVALID_PARAMETER_VALUE;
-			message = psprintf("max_attempts of request %d must be at least 1 or null (it is %d)",
-							   i + 1, DatumGetInt32(attempts));
-		}
-		if (message == NULL)
-		{
-			int64		job_id = 0;
+			SubmitOutcome outcome = SUBMIT_CREATED;
 			SubmitMatch match;
-			SubmitOutcome outcome;
+			int64		job_id = job_ids[i];
 
-			outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
-								 columns[2].values[i], columns[3].values[i],
-								 columns[4].values[i], attempts, attempts_null,
-								 &job_id, &match);
+			if (inserted[i])
+				stats_count(STAT_SUBMITS_CREATED);
+			else if (store_match_job(scope, columns[0].values[i], columns[1].values[i],
+									 columns[2].values[i], columns[3].values[i],
+									 columns[4].values[i], attempts[i], attempts_null[i],
+									 &match))
+			{
+				job_id = match.job_id;
+				outcome = submit_outcome(&match);
+			}
+			else				/* its job was removed meanwhile: submit it alone */
+				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
+									 columns[2].values[i], columns[3].values[i],
+									 columns[4].values[i], attempts[i], attempts_null[i],
+									 &job_id, &match);
 			row[1] = Int64GetDatum(job_id);
 			row_nulls[1] = false;
 			row[2] = BoolGetDatum(outcome == SUBMIT_CREATED);
