@@ -58,6 +58,7 @@ typedef struct StatementDef
 	Oid			argtypes[MAX_STATEMENT_ARGS];
 	int			expected_rc;
 	bool		read_only;		/* run with the caller's snapshot */
+	bool		replan;			/* plan at every run, with the tables' sizes then */
 } StatementDef;
 
 /*
@@ -370,6 +371,11 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * whose latest attempt was cancelled or failed (a failover).  Then
 	 * claim() begins each with the rules of begin_attempt, which check all
 	 * of this again under the partial unique index on open attempts.
+	 *
+	 * Planned at every run: a plan kept from when the attempts table was
+	 * empty (say, ANALYZEd right after a TRUNCATE) would read it whole for
+	 * every job it passes over once it has grown; the planner sees the
+	 * table's current size each time.
 	 */
 	[STMT_CLAIM_CANDIDATES] = {
 		"claim candidates",
@@ -396,7 +402,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED",
 		5, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID},
-		SPI_OK_SELECT, false
+		SPI_OK_SELECT, false, true
 	},
 	/* What claim() returns for the attempts it began, oldest job first. */
 	[STMT_CLAIMED] = {
@@ -584,10 +590,11 @@ prepared_plan(StatementId id)
 		 * plan does not depend on the values, and a custom plan could pick
 		 * a partial index by a parameter's value (say, the index of started
 		 * attempts for state = 'started') that turns a lookup by id into a
-		 * scan.  It also spares re-planning on the first executions.
+		 * scan.  It also spares re-planning on the first executions.  (A
+		 * statement marked replan is planned at every run instead.)
 		 */
 		plan = SPI_prepare_cursor(def->sql, def->nargs, (Oid *) def->argtypes,
-								  CURSOR_OPT_GENERIC_PLAN);
+								  def->replan ? CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN);
 		if (plan == NULL)
 			elog(ERROR, "jobguard: could not prepare statement \"%s\": %s",
 				 def->name, SPI_result_code_string(SPI_result));
