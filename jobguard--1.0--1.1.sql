@@ -578,10 +578,13 @@ BEGIN
 					   ' jobguard.submit(text, text, text, jsonb, text, integer),'
 					   ' jobguard.begin_attempt(bigint, text, interval, text),'
 					   ' jobguard.finish_attempt(bigint, jsonb),'
-					   ' jobguard.fail_attempt(bigint, text),'
+					   ' jobguard.fail_attempt(bigint, text, interval),'
 					   ' jobguard.mark_unknown(bigint),'
 					   ' jobguard.cancel_attempt(bigint, text),'
-					   ' jobguard.cancel_job(bigint, text) TO %s', role);
+					   ' jobguard.cancel_job(bigint, text),'
+					   ' jobguard.heartbeat(bigint, interval),'
+					   ' jobguard.claim(text, text[], interval, integer, text, interval),'
+					   ' jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[]) TO %s', role);
 	END IF;
 	INSERT INTO jobguard.grants AS g (role, kind, scope, payloads)
 	VALUES (role, kind, scope, payloads)
@@ -686,6 +689,120 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA jobguard FROM PUBLIC;
 
 -- take back 1.0's grants here; they are given again, as 1.1 grants, last
 SELECT jobguard.take_back(g.role) FROM jobguard.update_1_0_grants g;
+
+---------------------------------------------------------------------------
+-- The worker side: claim, heartbeat, retry backoff, batch submit.
+---------------------------------------------------------------------------
+
+-- appended at the end of each table, where jobguard--1.1.sql has them too
+ALTER TABLE jobguard.jobs ADD COLUMN not_before timestamptz;
+ALTER TABLE jobguard.attempts ADD COLUMN worker jobguard.key_text;
+ALTER TABLE jobguard.attempts ADD COLUMN timeout interval;
+ALTER TABLE jobguard.operations ADD COLUMN retry_backoff interval;
+ALTER TABLE jobguard.operations ADD COLUMN retry_backoff_max interval;
+ALTER TABLE jobguard.operations ADD CONSTRAINT operations_retry_policy CHECK (
+		(retry_backoff IS NULL OR retry_backoff > interval '0')
+		AND (retry_backoff_max IS NULL
+			 OR (retry_backoff IS NOT NULL AND retry_backoff_max >= retry_backoff)));
+
+/*
+ * The jobs claim() looks at, oldest first: those not yet succeeded or
+ * cancelled.  A job leaves the index when it succeeds or is cancelled, so
+ * it stays as small as the work not yet done, however many finished jobs
+ * the table holds, and a claim costs the same at millions of jobs as at
+ * none.  (A job that used up its max_attempts stays until purged.)
+ */
+CREATE INDEX jobs_claim_order
+	ON jobguard.jobs (id)
+	WHERE completed_by IS NULL AND cancelled_at IS NULL;
+
+COMMENT ON INDEX jobguard.jobs_claim_order IS 'jobs not yet succeeded or cancelled, oldest first: what claim() scans';
+
+/*
+ * Every attempt with its effective state, for inspection; worker (who
+ * claimed it) appended at the end.
+ */
+CREATE OR REPLACE VIEW jobguard.attempt_overview WITH (security_barrier) AS
+SELECT a.id AS attempt_id,
+	   a.job_id,
+	   a.attempt_no,
+	   a.provider,
+	   jobguard.attempt_state(a.state, a.deadline) AS state,
+	   a.read_version,
+	   a.attempt_key,
+	   a.started_at,
+	   a.deadline,
+	   a.finished_at,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN a.error END AS error,
+	   a.lost_to,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN a.lost_result END AS lost_result,
+	   a.cancelled_at,
+	   a.cancel_reason,
+	   a.worker
+  FROM jobguard.attempts a
+  JOIN jobguard.jobs j ON j.id = a.job_id
+ WHERE jobguard.scope_visible(j.scope);
+
+COMMENT ON VIEW jobguard.attempt_overview IS 'every attempt of the scopes the caller may read, with its effective state (started past deadline shows as unknown)';
+
+-- fail_attempt gains retry_in, define_operation the retry policy
+DROP FUNCTION jobguard.fail_attempt(bigint, text);
+DROP FUNCTION jobguard.define_operation(text, jsonb);
+
+CREATE FUNCTION jobguard.fail_attempt(attempt_id bigint, error text, retry_in interval DEFAULT NULL)
+RETURNS text
+AS 'MODULE_PATHNAME', 'jobguard_fail_attempt'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.fail_attempt(bigint, text, interval) IS 'report that an attempt failed; opens the gate for the next one, which claim() begins no sooner than retry_in (or the operation''s backoff) from now';
+
+CREATE FUNCTION jobguard.heartbeat(attempt_id bigint, extend_by interval DEFAULT NULL)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'jobguard_heartbeat'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.heartbeat(bigint, interval) IS 'push back the deadline of a started attempt that has not timed out; returns the new deadline';
+
+CREATE FUNCTION jobguard.claim(worker text,
+							   operations text[] DEFAULT NULL,
+							   timeout interval DEFAULT '30 seconds',
+							   max_jobs integer DEFAULT 1,
+							   provider text DEFAULT NULL,
+							   wait interval DEFAULT '0')
+RETURNS TABLE (attempt_id bigint, job_id bigint, attempt_no integer, operation text,
+			   provider text, params jsonb, deadline timestamptz)
+AS 'MODULE_PATHNAME', 'jobguard_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval) IS 'begin an attempt on each of up to max_jobs runnable jobs, oldest first, and return them';
+
+CREATE FUNCTION jobguard.submit_many(owner_ids text[],
+									 idempotency_keys text[],
+									 operations text[],
+									 params jsonb[],
+									 providers text[],
+									 max_attempts integer[] DEFAULT NULL)
+RETURNS TABLE (ord integer, job_id bigint, created boolean, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'jobguard_submit_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[]) IS 'submit many requests in one call: one row per request, in input order, refused ones with their SQLSTATE and message';
+
+CREATE FUNCTION jobguard.define_operation(operation text, output_contract jsonb,
+										  retry_backoff interval DEFAULT NULL,
+										  retry_backoff_max interval DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'jobguard_define_operation'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.define_operation(text, jsonb, interval, interval) IS 'set or replace the output contract of an operation, and its retry backoff (retry_backoff doubling per failed attempt, up to retry_backoff_max)';
+
+-- created after the schema-wide REVOKE above: nothing for PUBLIC here either
+REVOKE EXECUTE ON FUNCTION jobguard.fail_attempt(bigint, text, interval),
+	jobguard.heartbeat(bigint, interval),
+	jobguard.claim(text, text[], interval, integer, text, interval),
+	jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[]),
+	jobguard.define_operation(text, jsonb, interval, interval) FROM PUBLIC;
 
 ---------------------------------------------------------------------------
 -- pg_dump keeps the user data of the new table and sequence.

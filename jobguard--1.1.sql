@@ -80,6 +80,7 @@ CREATE TABLE jobguard.jobs (
 	scope			jobguard.name_text NOT NULL DEFAULT 'default',
 	previous_job_id bigint,
 	replaced_at		timestamptz,
+	not_before		timestamptz,
 	CONSTRAINT jobs_consistent CHECK (
 		(completed_by IS NULL) = (completed_at IS NULL)
 		AND (completed_by IS NULL) = (result IS NULL)
@@ -126,6 +127,8 @@ CREATE TABLE jobguard.attempts (
 	lost_result		jsonb,
 	cancelled_at	timestamptz,
 	cancel_reason	text,
+	worker			jobguard.key_text,
+	timeout			interval,
 	CONSTRAINT attempts_job_attempt_no_unique UNIQUE (job_id, attempt_no),
 	CONSTRAINT attempts_consistent CHECK (
 		state IN ('started', 'unknown', 'cancelled', 'succeeded', 'lost', 'failed')
@@ -151,6 +154,19 @@ COMMENT ON TABLE jobguard.attempts IS 'tries at a job, one per provider call; at
 COMMENT ON INDEX jobguard.attempts_one_open_per_job IS 'the gate: at most one open attempt per job';
 
 /*
+ * The jobs claim() looks at, oldest first: those not yet succeeded or
+ * cancelled.  A job leaves the index when it succeeds or is cancelled, so
+ * it stays as small as the work not yet done, however many finished jobs
+ * the table holds, and a claim costs the same at millions of jobs as at
+ * none.  (A job that used up its max_attempts stays until purged.)
+ */
+CREATE INDEX jobs_claim_order
+	ON jobguard.jobs (id)
+	WHERE completed_by IS NULL AND cancelled_at IS NULL;
+
+COMMENT ON INDEX jobguard.jobs_claim_order IS 'jobs not yet succeeded or cancelled, oldest first: what claim() scans';
+
+/*
  * Operations with an output contract.  contract_version comes from one
  * sequence for all operations, so a value is never reused: backends cache
  * compiled contracts by (operation, contract_version) and a redefinition is
@@ -163,7 +179,13 @@ CREATE TABLE jobguard.operations (
 	output_contract jsonb NOT NULL,
 	contract_version bigint NOT NULL,
 	defined_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
-	CONSTRAINT operations_operation_length CHECK (pg_catalog.char_length(operation) BETWEEN 1 AND 63)
+	retry_backoff	interval,
+	retry_backoff_max interval,
+	CONSTRAINT operations_operation_length CHECK (pg_catalog.char_length(operation) BETWEEN 1 AND 63),
+	CONSTRAINT operations_retry_policy CHECK (
+		(retry_backoff IS NULL OR retry_backoff > interval '0')
+		AND (retry_backoff_max IS NULL
+			 OR (retry_backoff IS NOT NULL AND retry_backoff_max >= retry_backoff)))
 );
 
 COMMENT ON TABLE jobguard.operations IS 'output contracts: what a result of an operation must look like';
@@ -279,7 +301,8 @@ SELECT a.id AS attempt_id,
 	   a.lost_to,
 	   CASE WHEN jobguard.payloads_visible(j.scope) THEN a.lost_result END AS lost_result,
 	   a.cancelled_at,
-	   a.cancel_reason
+	   a.cancel_reason,
+	   a.worker
   FROM jobguard.attempts a
   JOIN jobguard.jobs j ON j.id = a.job_id
  WHERE jobguard.scope_visible(j.scope);
@@ -472,12 +495,12 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION jobguard.finish_attempt(bigint, jsonb) IS 'report a result: won, lost (another attempt won) or rejected (breaks the output contract)';
 
-CREATE FUNCTION jobguard.fail_attempt(attempt_id bigint, error text)
+CREATE FUNCTION jobguard.fail_attempt(attempt_id bigint, error text, retry_in interval DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'jobguard_fail_attempt'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION jobguard.fail_attempt(bigint, text) IS 'report that an attempt failed; opens the gate for the next one';
+COMMENT ON FUNCTION jobguard.fail_attempt(bigint, text, interval) IS 'report that an attempt failed; opens the gate for the next one, which claim() begins no sooner than retry_in (or the operation''s backoff) from now';
 
 CREATE FUNCTION jobguard.mark_unknown(attempt_id bigint)
 RETURNS text
@@ -500,12 +523,46 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 COMMENT ON FUNCTION jobguard.cancel_job(bigint, text) IS 'cancel a job: no new attempts, later results lose';
 
-CREATE FUNCTION jobguard.define_operation(operation text, output_contract jsonb)
+CREATE FUNCTION jobguard.heartbeat(attempt_id bigint, extend_by interval DEFAULT NULL)
+RETURNS timestamptz
+AS 'MODULE_PATHNAME', 'jobguard_heartbeat'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.heartbeat(bigint, interval) IS 'push back the deadline of a started attempt that has not timed out; returns the new deadline';
+
+CREATE FUNCTION jobguard.claim(worker text,
+							   operations text[] DEFAULT NULL,
+							   timeout interval DEFAULT '30 seconds',
+							   max_jobs integer DEFAULT 1,
+							   provider text DEFAULT NULL,
+							   wait interval DEFAULT '0')
+RETURNS TABLE (attempt_id bigint, job_id bigint, attempt_no integer, operation text,
+			   provider text, params jsonb, deadline timestamptz)
+AS 'MODULE_PATHNAME', 'jobguard_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval) IS 'begin an attempt on each of up to max_jobs runnable jobs, oldest first, and return them';
+
+CREATE FUNCTION jobguard.submit_many(owner_ids text[],
+									 idempotency_keys text[],
+									 operations text[],
+									 params jsonb[],
+									 providers text[],
+									 max_attempts integer[] DEFAULT NULL)
+RETURNS TABLE (ord integer, job_id bigint, created boolean, sqlstate text, message text)
+AS 'MODULE_PATHNAME', 'jobguard_submit_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[]) IS 'submit many requests in one call: one row per request, in input order, refused ones with their SQLSTATE and message';
+
+CREATE FUNCTION jobguard.define_operation(operation text, output_contract jsonb,
+										  retry_backoff interval DEFAULT NULL,
+										  retry_backoff_max interval DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'jobguard_define_operation'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION jobguard.define_operation(text, jsonb) IS 'set or replace the output contract of an operation';
+COMMENT ON FUNCTION jobguard.define_operation(text, jsonb, interval, interval) IS 'set or replace the output contract of an operation, and its retry backoff (retry_backoff doubling per failed attempt, up to retry_backoff_max)';
 
 CREATE FUNCTION jobguard.certify_provider(operation text, provider text, evidence jsonb DEFAULT NULL)
 RETURNS void
@@ -852,10 +909,13 @@ BEGIN
 					   ' jobguard.submit(text, text, text, jsonb, text, integer),'
 					   ' jobguard.begin_attempt(bigint, text, interval, text),'
 					   ' jobguard.finish_attempt(bigint, jsonb),'
-					   ' jobguard.fail_attempt(bigint, text),'
+					   ' jobguard.fail_attempt(bigint, text, interval),'
 					   ' jobguard.mark_unknown(bigint),'
 					   ' jobguard.cancel_attempt(bigint, text),'
-					   ' jobguard.cancel_job(bigint, text) TO %s', role);
+					   ' jobguard.cancel_job(bigint, text),'
+					   ' jobguard.heartbeat(bigint, interval),'
+					   ' jobguard.claim(text, text[], interval, integer, text, interval),'
+					   ' jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[]) TO %s', role);
 	END IF;
 	INSERT INTO jobguard.grants AS g (role, kind, scope, payloads)
 	VALUES (role, kind, scope, payloads)

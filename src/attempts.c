@@ -10,6 +10,8 @@
  */
 #include "postgres.h"
 
+#include <math.h>
+
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
@@ -149,7 +151,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 		if (tries > MAX_TRIES)
 			report_retries_exhausted("begin an attempt of job", job_id);
 		attempt_id = store_begin_attempt(job_id, scope, provider_arg, provider_null, timeout,
-										 attempt_key, attempt_key_null);
+										 attempt_key, attempt_key_null, (Datum) 0, true);
 		if (attempt_id == 0)
 			attempt_id = refused_begin(job_id, scope, userid,
 									   provider_null ? NULL : TextDatumGetCString(provider_arg),
@@ -173,10 +175,46 @@ lock_attempt(int64 attempt_id, Oid userid, AttemptRow *attempt)
 }
 
 /*
- * jobguard.fail_attempt(attempt_id, error) -> 'failed'
+ * The most doublings of an operation's retry_backoff: 2^31 times the
+ * backoff is decades for a backoff of a second, and keeps the product of
+ * an uncapped policy far from overflowing.
+ */
+#define MAX_BACKOFF_DOUBLINGS 31
+
+/*
+ * backoff_delay: how long after a failure of attempt number attempt_no
+ * claim() waits before it begins the next: retry_backoff × 2^(n−1),
+ * capped at retry_backoff_max.  Returns NULL when the job's operation has
+ * no retry policy (the next attempt may begin at once).
+ */
+static Interval *
+backoff_delay(int64 job_id, int32 attempt_no)
+{
+	Interval	backoff;
+	Interval	max;
+	bool		max_null;
+	int			doublings = Min(Max(attempt_no - 1, 0), MAX_BACKOFF_DOUBLINGS);
+	Interval   *delay;
+
+	if (!store_retry_policy(job_id, &backoff, &max, &max_null))
+		return NULL;
+	delay = DatumGetIntervalP(DirectFunctionCall2(interval_mul, IntervalPGetDatum(&backoff),
+												  Float8GetDatum(ldexp(1.0, doublings))));
+	if (!max_null &&
+		DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(delay),
+										 IntervalPGetDatum(&max))))
+		*delay = max;
+	return delay;
+}
+
+/*
+ * jobguard.fail_attempt(attempt_id, error, retry_in) -> 'failed'
  *
  * The provider reported an error: the attempt is closed and the gate opens.
- * (A timeout is not an error: use mark_unknown.)
+ * (A timeout is not an error: use mark_unknown.)  claim() begins the job's
+ * next attempt no sooner than retry_in from now, or — retry_in NULL — than
+ * the operation's retry backoff says (at once when it has none); an
+ * explicit begin_attempt() is not held back.
  */
 Datum
 jobguard_fail_attempt(PG_FUNCTION_ARGS)
@@ -184,15 +222,29 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	SavedIdentity caller;		/* restored by store_finish() */
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	Datum		error = text_arg(fcinfo, 1, "error", UNLIMITED_CHARS);
+	Interval   *retry_in = PG_NARGS() < 3 || PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
+	Interval	zero_interval = {0};
 	Oid			userid = GetUserId();
 	AttemptRow	attempt;
 
 	require_payload_size(error, "error");
+	if (retry_in != NULL &&
+		DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(retry_in),
+										 IntervalPGetDatum(&zero_interval))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"retry_in\" must not be negative"),
+				 errdetail("It is %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out,
+															   IntervalPGetDatum(retry_in))))));
+
 	store_connect(&caller);
 	lock_attempt(attempt_id, userid, &attempt);
 	require_transition(ACTION_FAIL, &attempt);
 	store_close_attempt(attempt_id, attempt.stored_state, ATTEMPT_FAILED,
 						TextDatumGetCString(error), 0, (Datum) 0);
+	store_set_not_before(attempt.job_id,
+						 retry_in != NULL ? retry_in : backoff_delay(attempt.job_id, attempt.attempt_no));
 	notify_if_job_failed(attempt.job_id);
 	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("failed"));

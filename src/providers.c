@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
 
 #include "args.h"
@@ -23,10 +24,44 @@ PG_FUNCTION_INFO_V1(jobguard_revoke_provider);
 PG_FUNCTION_INFO_V1(jobguard_check_result);
 
 /*
- * jobguard.define_operation(operation, output_contract) -> void
+ * require_retry_policy: raise 22023 unless the retry policy makes sense:
+ * a backoff greater than zero, and a cap (only with a backoff) no smaller
+ * than it.  Either may be NULL.
+ */
+static void
+require_retry_policy(Datum backoff, bool backoff_null, Datum max, bool max_null)
+{
+	Interval	zero_interval = {0};
+
+	if (!backoff_null &&
+		!DatumGetBool(DirectFunctionCall2(interval_gt, backoff, IntervalPGetDatum(&zero_interval))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"retry_backoff\" must be greater than zero"),
+				 errdetail("It is %s.", DatumGetCString(DirectFunctionCall1(interval_out, backoff)))));
+	if (!max_null && backoff_null)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"retry_backoff_max\" needs a retry_backoff"),
+				 errhint("Give retry_backoff, the wait after the first failure, as well.")));
+	if (!max_null && DatumGetBool(DirectFunctionCall2(interval_lt, max, backoff)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"retry_backoff_max\" must not be less than retry_backoff"),
+				 errdetail("retry_backoff is %s, retry_backoff_max %s.",
+						   DatumGetCString(DirectFunctionCall1(interval_out, backoff)),
+						   DatumGetCString(DirectFunctionCall1(interval_out, max)))));
+}
+
+/*
+ * jobguard.define_operation(operation, output_contract, retry_backoff,
+ *							 retry_backoff_max) -> void
  *
  * The contract is compiled here only to validate it (22023 naming the
  * keyword and its path); finishes compile it again through the cache.
+ * The retry policy (NULL: none) is what fail_attempt() applies when it is
+ * given no retry_in: retry_backoff × 2^(n−1) after attempt n failed,
+ * capped at retry_backoff_max.
  */
 Datum
 jobguard_define_operation(PG_FUNCTION_ARGS)
@@ -34,11 +69,16 @@ jobguard_define_operation(PG_FUNCTION_ARGS)
 	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
 	Datum		contract = jsonb_arg(fcinfo, 1, "output_contract");
+	bool		backoff_null = PG_NARGS() < 3 || PG_ARGISNULL(2);
+	bool		max_null = PG_NARGS() < 4 || PG_ARGISNULL(3);
+	Datum		backoff = backoff_null ? (Datum) 0 : PG_GETARG_DATUM(2);
+	Datum		max = max_null ? (Datum) 0 : PG_GETARG_DATUM(3);
 
+	require_retry_policy(backoff, backoff_null, max, max_null);
 	(void) contract_compile(TextDatumGetCString(operation),
 							DatumGetJsonbP(contract), CurrentMemoryContext);
 	store_connect(&caller);
-	store_define_operation(operation, contract);
+	store_define_operation(operation, contract, backoff, backoff_null, max, max_null);
 	store_finish(&caller);
 	PG_RETURN_VOID();
 }

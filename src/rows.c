@@ -536,6 +536,45 @@ insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 }
 
 /*
+ * insert_jobs: store_insert_jobs() without SQL: one INSERT ... ON CONFLICT
+ * DO NOTHING of many rows, as a multi-row INSERT makes it — one writer,
+ * one statement snapshot, the rows in order, so that a later row with the
+ * key of an earlier one conflicts with it.
+ */
+static void
+insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
+{
+	RowsCatalog *cat = rows_active_catalog();
+	const AttrNumber *a = cat->job_att;
+	RowWriter	w;
+	Snapshot	snap = begin_statement();
+	List	   *arbiters = list_make1_oid(cat->jobs_owner_key);
+
+	writer_open(&w, cat->jobs, &cat->job_rules, true);
+	for (int i = 0; i < batch->count; i++)
+	{
+		inserted[i] = false;
+		if (batch->skip[i])
+			continue;
+		CHECK_FOR_INTERRUPTS();
+		new_row_start(&w);
+		set(&w, a[JOB_OWNER_ID], batch->owner_ids[i], false);
+		set(&w, a[JOB_IDEMPOTENCY_KEY], batch->idempotency_keys[i], false);
+		set(&w, a[JOB_OPERATION], batch->operations[i], false);
+		set(&w, a[JOB_PARAMS], batch->params[i], false);
+		set(&w, a[JOB_PROVIDER], batch->providers[i], false);
+		set(&w, a[JOB_MAX_ATTEMPTS], batch->max_attempts[i], batch->max_attempts_null[i]);
+		set(&w, a[JOB_SCOPE], scope, false);
+		inserted[i] = insert_unless_conflict(&w, arbiters, snap);
+		if (inserted[i])
+			job_ids[i] = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
+		ResetPerTupleExprContext(w.estate);
+	}
+	writer_close(&w);
+	end_statement();
+}
+
+/*
  * match_job: store_match_job() without SQL: the job for the key,
  * compared with the request column by column with the types' equality.
  */
@@ -720,7 +759,8 @@ lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
  */
 static int64
 begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-			  Datum timeout, Datum attempt_key, bool attempt_key_null)
+			  Datum timeout, Datum attempt_key, bool attempt_key_null,
+			  Datum worker, bool worker_null)
 {
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->attempt_att;
@@ -768,6 +808,8 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 			set(&w, a[ATT_ATTEMPT_KEY], attempt_key, attempt_key_null);
 			set(&w, a[ATT_STARTED_AT], now, false);
 			set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, timeout), false);
+			set(&w, a[ATT_WORKER], worker, worker_null);
+			set(&w, a[ATT_TIMEOUT], timeout, false);
 			/* id: the column's default, as in SQL */
 			if (insert_unless_conflict(&w, NIL, snap))
 				id = DatumGetInt64(w.new_row->tts_values[a[ATT_ID] - 1]);
@@ -968,6 +1010,13 @@ rows_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operat
 	return inserted;
 }
 
+/* rows_insert_jobs: see insert_jobs. */
+void
+rows_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
+{
+	ROWS_GUARDED(insert_jobs(scope, batch, inserted, job_ids));
+}
+
 /* rows_match_job: see match_job. */
 bool
 rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
@@ -984,12 +1033,13 @@ rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operati
 /* rows_begin_attempt: see begin_attempt. */
 int64
 rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-				   Datum timeout, Datum attempt_key, bool attempt_key_null)
+				   Datum timeout, Datum attempt_key, bool attempt_key_null,
+				   Datum worker, bool worker_null)
 {
 	volatile int64 id = 0;
 
 	ROWS_GUARDED(id = begin_attempt(job_id, scope, provider, provider_null, timeout,
-									attempt_key, attempt_key_null));
+									attempt_key, attempt_key_null, worker, worker_null));
 	return id;
 }
 

@@ -44,6 +44,7 @@ typedef enum JobColumn
 	JOB_SCOPE,
 	JOB_PREVIOUS_JOB_ID,
 	JOB_REPLACED_AT,
+	JOB_NOT_BEFORE,
 	JOB_COLUMN_COUNT
 } JobColumn;
 
@@ -65,6 +66,8 @@ typedef enum AttemptColumn
 	ATT_LOST_RESULT,
 	ATT_CANCELLED_AT,
 	ATT_CANCEL_REASON,
+	ATT_WORKER,
+	ATT_TIMEOUT,
 	ATT_COLUMN_COUNT
 } AttemptColumn;
 

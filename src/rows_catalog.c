@@ -56,7 +56,7 @@ static const KnownColumn job_columns[JOB_COLUMN_COUNT] = {
 	{"result", JSONBOID}, {"created_at", TIMESTAMPTZOID},
 	{"completed_at", TIMESTAMPTZOID}, {"cancelled_at", TIMESTAMPTZOID},
 	{"cancel_reason", TEXTOID}, {"scope", TEXTOID}, {"previous_job_id", INT8OID},
-	{"replaced_at", TIMESTAMPTZOID}
+	{"replaced_at", TIMESTAMPTZOID}, {"not_before", TIMESTAMPTZOID}
 };
 
 static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
@@ -65,7 +65,8 @@ static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
 	{"attempt_key", TEXTOID}, {"started_at", TIMESTAMPTZOID},
 	{"deadline", TIMESTAMPTZOID}, {"finished_at", TIMESTAMPTZOID},
 	{"error", TEXTOID}, {"lost_to", INT8OID}, {"lost_result", JSONBOID},
-	{"cancelled_at", TIMESTAMPTZOID}, {"cancel_reason", TEXTOID}
+	{"cancelled_at", TIMESTAMPTZOID}, {"cancel_reason", TEXTOID},
+	{"worker", TEXTOID}, {"timeout", INTERVALOID}
 };
 
 static const KnownColumn operation_columns[OP_COLUMN_COUNT] = {

@@ -94,4 +94,22 @@ typedef struct SubmitMatch
 	bool		same_max_attempts;
 } SubmitMatch;
 
+/*
+ * Many submits at once (submit_many): the requests, column by column, and
+ * which of them to leave out (refused before they reached the table).
+ */
+typedef struct JobBatch
+{
+	int			count;
+	const Datum *owner_ids;
+	const Datum *idempotency_keys;
+	const Datum *operations;
+	const Datum *params;
+	const Datum *providers;
+	const Datum *max_attempts;
+	const bool *max_attempts_null;
+	const bool *skip;
+	Datum		arrays[6];		/* the same as the arrays given (max_attempts: 0 if none) */
+} JobBatch;
+
 #endif							/* JOBGUARD_ROWTYPES_H */

@@ -55,6 +55,10 @@ static const bool allowed_from[][ATTEMPT_STATE_COUNT] = {
 	[ACTION_CANCEL] = {
 		[ATTEMPT_STARTED] = true, [ATTEMPT_UNKNOWN] = true,
 	},
+	/* a heartbeat must arrive in time: past its deadline an attempt is unknown */
+	[ACTION_HEARTBEAT] = {
+		[ATTEMPT_STARTED] = true,
+	},
 };
 
 /* What each action is called in an error message ("cannot be <verb>"). */
@@ -63,6 +67,7 @@ static const char *const action_verbs[] = {
 	[ACTION_FAIL] = "failed",
 	[ACTION_MARK_UNKNOWN] = "marked unknown",
 	[ACTION_CANCEL] = "cancelled",
+	[ACTION_HEARTBEAT] = "extended by a heartbeat",
 };
 
 /*
@@ -113,7 +118,11 @@ require_transition(AttemptAction action, const AttemptRow *attempt)
 					(long long) attempt->id, (long long) attempt->job_id,
 					action_verbs[action], attempt_state_name(attempt->state)),
 			 attempt->state == ATTEMPT_FAILED && action == ACTION_FINISH ?
-			 errhint("A failed attempt cannot report a result; begin a new attempt instead.") : 0));
+			 errhint("A failed attempt cannot report a result; begin a new attempt instead.") :
+			 attempt->state == ATTEMPT_UNKNOWN && action == ACTION_HEARTBEAT ?
+			 errhint("Its deadline %s passed: a heartbeat must arrive before the deadline. "
+					 "The attempt may still report its result, fail or be cancelled.",
+					 timestamptz_to_str(attempt->deadline)) : 0));
 }
 
 /*

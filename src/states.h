@@ -18,7 +18,8 @@ typedef enum AttemptAction
 	ACTION_FINISH,
 	ACTION_FAIL,
 	ACTION_MARK_UNKNOWN,
-	ACTION_CANCEL
+	ACTION_CANCEL,
+	ACTION_HEARTBEAT
 } AttemptAction;
 
 extern AttemptState attempt_state_from_name(const char *name);

@@ -18,7 +18,9 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type_d.h"
 #include "executor/spi.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 
 #include "states.h"
@@ -96,6 +98,77 @@ store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum opera
 		return false;
 	*job_id = sql_column_int64(1, &isnull);
 	return true;
+}
+
+/* same_text: whether two text Datums hold the same bytes. */
+static bool
+same_text(Datum a, Datum b)
+{
+	text	   *ta = DatumGetTextPP(a);
+	text	   *tb = DatumGetTextPP(b);
+
+	return VARSIZE_ANY_EXHDR(ta) == VARSIZE_ANY_EXHDR(tb) &&
+		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
+}
+
+/*
+ * store_insert_jobs: insert the batch's jobs that are not to be skipped,
+ * in order, each unless a job exists in the scope for its key (stored, or
+ * inserted by an earlier row).  inserted[i] says whether row i created a
+ * job, job_ids[i] its id.  One statement (STMT_INSERT_JOBS), or one pass
+ * of the fast path.
+ */
+void
+store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
+{
+	Datum		values[8];
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
+	Datum	   *wanted = palloc(sizeof(Datum) * Max(batch->count, 1));
+	int			nwanted = 0;
+	uint64		n;
+	int			row = 0;
+
+	if (rows_usable(ROWS_SUBMIT))
+	{
+		rows_insert_jobs(scope, batch, inserted, job_ids);
+		return;
+	}
+	for (int i = 0; i < batch->count; i++)
+	{
+		inserted[i] = false;
+		if (!batch->skip[i])
+			wanted[nwanted++] = Int64GetDatum(i + 1);
+	}
+	memcpy(values, batch->arrays, sizeof(Datum) * 6);
+	if (batch->arrays[5] == (Datum) 0)
+		nulls[5] = 'n';
+	values[6] = scope;
+	values[7] = PointerGetDatum(construct_array(wanted, nwanted, INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	n = sql_run(STMT_INSERT_JOBS, values, nulls);
+
+	/*
+	 * RETURNING gives the inserted rows in the order they were inserted,
+	 * the input order: match each to the next row with its key.
+	 */
+	for (uint64 r = 0; r < n; r++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[r];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		bool		isnull;
+		Datum		owner_id = SPI_getbinval(tuple, desc, 1, &isnull);
+		Datum		key = SPI_getbinval(tuple, desc, 2, &isnull);
+
+		while (row < batch->count &&
+			   (batch->skip[row] || !same_text(batch->owner_ids[row], owner_id) ||
+				!same_text(batch->idempotency_keys[row], key)))
+			row++;
+		if (row == batch->count)
+			elog(ERROR, "jobguard: an inserted job matches no request of the batch");
+		inserted[row] = true;
+		job_ids[row] = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
+		row++;
+	}
 }
 
 /*
@@ -219,21 +292,25 @@ store_last_attempt(int64 job_id, AttemptRow *attempt)
 /*
  * store_begin_attempt: begin the job's next attempt if the gate lets it
  * (see STMT_BEGIN_ATTEMPT in store_sql.c); provider NULL means the job's
- * own.  Only a job of the scope (NULL: any).  Returns the new attempt's
+ * own.  Only a job of the scope (NULL: any).  worker: who claimed it (NULL
+ * for an explicit begin).  Returns the new attempt's
  * id, or 0 when refused (or no such job).
  */
 int64
 store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-					Datum timeout, Datum attempt_key, bool attempt_key_null)
+					Datum timeout, Datum attempt_key, bool attempt_key_null,
+					Datum worker, bool worker_null)
 {
-	Datum		values[5] = {Int64GetDatum(job_id), provider, attempt_key, timeout};
-	char		nulls[5] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' ', ' '};
+	Datum		values[6] = {Int64GetDatum(job_id), provider, attempt_key, timeout,
+	(Datum) 0, worker};
+	char		nulls[6] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' ', ' ',
+	worker_null ? 'n' : ' '};
 	bool		isnull;
 
 	values[4] = scope_datum(scope, &nulls[4]);
 	if (rows_usable(ROWS_BEGIN))
 		return rows_begin_attempt(job_id, scope, provider, provider_null, timeout,
-								  attempt_key, attempt_key_null);
+								  attempt_key, attempt_key_null, worker, worker_null);
 	if (sql_run(STMT_BEGIN_ATTEMPT, values, nulls) == 0)
 		return 0;
 	return sql_column_int64(1, &isnull);
@@ -389,4 +466,102 @@ store_cancel_job(int64 job_id, Datum reason)
 	Datum		values[2] = {Int64GetDatum(job_id), reason};
 
 	sql_run(STMT_CANCEL_JOB, values, NULL);
+}
+
+/*
+ * store_heartbeat: push back the deadline of an attempt the caller holds
+ * locked, by extend_by (NULL: the attempt's own timeout); returns the new
+ * deadline.
+ */
+TimestampTz
+store_heartbeat(int64 attempt_id, Datum extend_by, bool extend_by_null)
+{
+	Datum		values[2] = {Int64GetDatum(attempt_id), extend_by};
+	char		nulls[2] = {' ', extend_by_null ? 'n' : ' '};
+	bool		isnull;
+
+	if (sql_run(STMT_HEARTBEAT, values, nulls) != 1)
+		elog(ERROR, "jobguard: attempt %lld vanished under its lock", (long long) attempt_id);
+	return DatumGetTimestampTz(sql_column_value(1, &isnull));
+}
+
+/*
+ * store_retry_policy: the retry backoff of the job's operation (*max NULL
+ * when uncapped: max_null set); false when the operation has none.
+ */
+bool
+store_retry_policy(int64 job_id, Interval *backoff, Interval *max, bool *max_null)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+	bool		isnull;
+	Datum		d;
+
+	if (sql_run(STMT_RETRY_POLICY, values, NULL) == 0)
+		return false;
+	*backoff = *DatumGetIntervalP(sql_column_value(1, &isnull));
+	d = sql_column_value(2, max_null);
+	if (!*max_null)
+		*max = *DatumGetIntervalP(d);
+	return true;
+}
+
+/*
+ * store_set_not_before: claim() begins the job's next attempt no sooner
+ * than now() + delay (delay NULL: at once).
+ */
+void
+store_set_not_before(int64 job_id, const Interval *delay)
+{
+	Datum		values[2] = {Int64GetDatum(job_id), PointerGetDatum(delay)};
+	char		nulls[2] = {' ', delay == NULL ? 'n' : ' '};
+
+	sql_run(STMT_SET_NOT_BEFORE, values, nulls);
+}
+
+/*
+ * store_claim_candidates: lock up to max_jobs runnable jobs of the scope
+ * (NULL: any), oldest first, skipping those locked by anyone else (see
+ * STMT_CLAIM_CANDIDATES); their ids go to ids[], the count is returned.
+ * operations NULL: any operation; provider NULL: each job's own.
+ */
+int
+store_claim_candidates(const char *scope, Datum operations, bool operations_null,
+					   TimestampTz now, Datum provider, bool provider_null,
+					   int max_jobs, int64 *ids)
+{
+	Datum		values[5] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
+	Int32GetDatum(max_jobs)};
+	char		nulls[5] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' '};
+	uint64		n;
+
+	values[0] = scope_datum(scope, &nulls[0]);
+	n = sql_run(STMT_CLAIM_CANDIDATES, values, nulls);
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+											 1, &isnull));
+	}
+	return (int) n;
+}
+
+/*
+ * store_put_claimed: the rows claim() returns for the attempts begun
+ * (ids, count of them), oldest job first, into the materialized result.
+ */
+void
+store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo)
+{
+	Datum	   *elems = palloc(sizeof(Datum) * Max(count, 1));
+	Datum		values[1];
+	uint64		n;
+
+	for (int i = 0; i < count; i++)
+		elems[i] = Int64GetDatum(ids[i]);
+	values[0] = PointerGetDatum(construct_array(elems, count, INT8OID, sizeof(int64),
+												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	n = sql_run(STMT_CLAIMED, values, NULL);
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
 }

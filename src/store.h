@@ -37,6 +37,8 @@ extern bool store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							 Datum operation, Datum params, Datum provider,
 							 Datum max_attempts, bool max_attempts_null,
 							 int64 *job_id);
+extern void store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted,
+							  int64 *job_ids);
 extern bool store_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
@@ -51,7 +53,7 @@ extern bool store_lock_job(int64 job_id, const char *scope, JobRow *job);
 extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
 extern int64 store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 								 Datum timeout, Datum attempt_key,
-								 bool attempt_key_null);
+								 bool attempt_key_null, Datum worker, bool worker_null);
 extern bool store_provider_certified(const char *operation, const char *provider);
 extern bool store_lock_attempt(int64 attempt_id, const char *scope,
 							   AttemptRow *attempt);
@@ -65,6 +67,13 @@ extern bool store_close_attempt(int64 attempt_id, AttemptState from,
 extern void store_mark_unknown(int64 attempt_id);
 extern void store_cancel_attempt(int64 attempt_id, Datum reason);
 extern void store_cancel_job(int64 job_id, Datum reason);
+extern TimestampTz store_heartbeat(int64 attempt_id, Datum extend_by, bool extend_by_null);
+extern bool store_retry_policy(int64 job_id, Interval *backoff, Interval *max, bool *max_null);
+extern void store_set_not_before(int64 job_id, const Interval *delay);
+extern int	store_claim_candidates(const char *scope, Datum operations, bool operations_null,
+								   TimestampTz now, Datum provider, bool provider_null,
+								   int max_jobs, int64 *ids);
+extern void store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo);
 
 /* store_admin.c: reads, operations and certifications, upkeep */
 extern bool store_job_state(int64 job_id, char **state, char **scope);
@@ -72,7 +81,9 @@ extern bool store_job_overview(int64 job_id, Oid reader, TupleDesc desc, MemoryC
 							   Datum *row);
 extern bool store_attempts_of(int64 job_id, Oid reader, ReturnSetInfo *rsinfo);
 extern void store_id_scopes(int64 id, char **job_scope, char **attempt_scope);
-extern void store_define_operation(Datum operation, Datum contract);
+extern void store_define_operation(Datum operation, Datum contract,
+								   Datum retry_backoff, bool retry_backoff_null,
+								   Datum retry_backoff_max, bool retry_backoff_max_null);
 extern void store_certify_provider(Datum operation, Datum provider,
 								   Datum evidence, bool evidence_null);
 extern bool store_revoke_provider(Datum operation, Datum provider);
@@ -106,13 +117,15 @@ extern bool rows_insert_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
 							int64 *job_id);
+extern void rows_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted,
+							 int64 *job_ids);
 extern bool rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 						   Datum operation, Datum params, Datum provider,
 						   Datum max_attempts, bool max_attempts_null,
 						   SubmitMatch *match);
 extern int64 rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 								Datum timeout, Datum attempt_key,
-								bool attempt_key_null);
+								bool attempt_key_null, Datum worker, bool worker_null);
 extern bool rows_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
 								 FinishJob *job);
 extern ClaimOutcome rows_claim_and_swap(const AttemptRow *attempt, Datum result);

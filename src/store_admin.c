@@ -154,13 +154,20 @@ store_id_scopes(int64 id, char **job_scope, char **attempt_scope)
 	*attempt_scope = s ? store_keep_string(s) : NULL;
 }
 
-/* store_define_operation: set or replace an operation's output contract. */
+/*
+ * store_define_operation: set or replace an operation's output contract
+ * and its retry policy (either part of the policy may be NULL).
+ */
 void
-store_define_operation(Datum operation, Datum contract)
+store_define_operation(Datum operation, Datum contract,
+					   Datum retry_backoff, bool retry_backoff_null,
+					   Datum retry_backoff_max, bool retry_backoff_max_null)
 {
-	Datum		values[2] = {operation, contract};
+	Datum		values[4] = {operation, contract, retry_backoff, retry_backoff_max};
+	char		nulls[4] = {' ', ' ', retry_backoff_null ? 'n' : ' ',
+	retry_backoff_max_null ? 'n' : ' '};
 
-	sql_run(STMT_DEFINE_OPERATION, values, NULL);
+	sql_run(STMT_DEFINE_OPERATION, values, nulls);
 }
 
 /* store_certify_provider: certify a provider, or renew its certification. */

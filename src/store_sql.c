@@ -58,6 +58,7 @@ typedef struct StatementDef
 	Oid			argtypes[MAX_STATEMENT_ARGS];
 	int			expected_rc;
 	bool		read_only;		/* run with the caller's snapshot */
+	bool		replan;			/* plan at every run, with the tables' sizes then */
 } StatementDef;
 
 /*
@@ -87,6 +88,28 @@ static const StatementDef statements[STMT_COUNT] = {
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
 		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/*
+	 * Many jobs in one statement, in input order ($8: the rows to insert,
+	 * by position): a later row with the key of an earlier one, or of a
+	 * stored job, inserts nothing.  Returns the key of every job inserted,
+	 * with its id; the caller matches them to the rows.
+	 */
+	[STMT_INSERT_JOBS] = {
+		"insert jobs",
+		"INSERT INTO jobguard.jobs AS j"
+		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
+		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7"
+		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6))"
+		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, n)"
+		" WHERE u.n OPERATOR(pg_catalog.=) ANY ($8)"
+		" ORDER BY u.n"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
+		" RETURNING j.owner_id::pg_catalog.text, j.idempotency_key::pg_catalog.text, j.id",
+		8, {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
+		INT4ARRAYOID, TEXTOID, INT8ARRAYOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/* The existing job for a key, and which parts of the request match it. */
@@ -140,17 +163,18 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * racing each other are decided by the partial unique index on open
 	 * attempts: ON CONFLICT makes the second wait for the first, and do
 	 * nothing if the first commits (as submit does with a key).  Only a job
-	 * of scope $5 (NULL: any).  No row back means refused; the caller then
+	 * of scope $5 (NULL: any).  $6 is the claiming worker (NULL for an
+	 * explicit begin); the timeout is kept for heartbeat().  No row back means refused; the caller then
 	 * finds out why.
 	 */
 	[STMT_BEGIN_ATTEMPT] = {
 		"begin attempt",
 		"INSERT INTO jobguard.attempts AS a"
 		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
-		"  started_at, deadline)"
+		"  started_at, deadline, worker, timeout)"
 		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
 		"  COALESCE($2, j.provider), 'started', j.version, $3,"
-		"  pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $4"
+		"  pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $4, $6, $4"
 		" FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
@@ -170,7 +194,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"    AND c.revoked_at IS NULL))"
 		" ON CONFLICT DO NOTHING"
 		" RETURNING a.id",
-		5, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID},
+		6, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	[STMT_PROVIDER_CERTIFIED] = {
@@ -296,6 +320,103 @@ static const StatementDef statements[STMT_COUNT] = {
 		2, {INT8OID, TEXTOID},
 		SPI_OK_UPDATE, false
 	},
+	/*
+	 * Push back the deadline of a started attempt that has not timed out
+	 * (the caller checked, holding the attempt's lock): by $2, or by the
+	 * attempt's own timeout (for attempts begun before 1.1, which did not
+	 * keep it: the span from its start to its deadline).
+	 */
+	[STMT_HEARTBEAT] = {
+		"heartbeat",
+		"UPDATE jobguard.attempts AS a"
+		" SET deadline = pg_catalog.now() OPERATOR(pg_catalog.+)"
+		"  COALESCE($2, a.timeout, a.deadline OPERATOR(pg_catalog.-) a.started_at)"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1"
+		" RETURNING a.deadline",
+		2, {INT8OID, INTERVALOID},
+		SPI_OK_UPDATE_RETURNING, false
+	},
+	/* The retry policy of the job's operation; no row when it has none. */
+	[STMT_RETRY_POLICY] = {
+		"retry policy",
+		"SELECT o.retry_backoff, o.retry_backoff_max"
+		" FROM jobguard.jobs j"
+		" JOIN jobguard.operations o ON o.operation OPERATOR(pg_catalog.=) j.operation"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND o.retry_backoff IS NOT NULL",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * When claim() may begin the job's next attempt: now() + $2, or at once
+	 * ($2 NULL).  Written only when it changes, so that a job without a
+	 * retry policy is not rewritten by every failure.
+	 */
+	[STMT_SET_NOT_BEFORE] = {
+		"set not_before",
+		"UPDATE jobguard.jobs AS j"
+		" SET not_before = pg_catalog.now() OPERATOR(pg_catalog.+) $2"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND j.not_before IS DISTINCT FROM pg_catalog.now() OPERATOR(pg_catalog.+) $2",
+		2, {INT8OID, INTERVALOID},
+		SPI_OK_UPDATE, false
+	},
+	/*
+	 * The runnable jobs claim() may begin, oldest first, at most $5, each
+	 * locked so that no other claim takes it: SKIP LOCKED passes over the
+	 * jobs a concurrent claim (or finish, or cancel) holds instead of
+	 * waiting for them.  Runnable: not succeeded or cancelled (the partial
+	 * index jobs_claim_order holds just those), no open attempt, attempts
+	 * left, not_before passed ($3), of scope $1 (NULL: any) and of an
+	 * operation in $2 (NULL: any).  A provider $4 runs the jobs that are
+	 * its own, and — where it is certified for the operation — the jobs
+	 * whose latest attempt was cancelled or failed (a failover).  Then
+	 * claim() begins each with the rules of begin_attempt, which check all
+	 * of this again under the partial unique index on open attempts.
+	 *
+	 * Planned at every run: a plan kept from when the attempts table was
+	 * empty (say, ANALYZEd right after a TRUNCATE) would read it whole for
+	 * every job it passes over once it has grown; the planner sees the
+	 * table's current size each time.
+	 */
+	[STMT_CLAIM_CANDIDATES] = {
+		"claim candidates",
+		"SELECT j.id FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
+		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4"
+		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])"
+		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"     AND c.provider OPERATOR(pg_catalog.=) $4"
+		"     AND c.revoked_at IS NULL)))"
+		" ORDER BY j.id"
+		" LIMIT $5"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED",
+		5, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID},
+		SPI_OK_SELECT, false, true
+	},
+	/* What claim() returns for the attempts it began, oldest job first. */
+	[STMT_CLAIMED] = {
+		"claimed",
+		"SELECT a.id, a.job_id, a.attempt_no, j.operation::pg_catalog.text,"
+		" a.provider::pg_catalog.text, j.params, a.deadline"
+		" FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" WHERE a.id OPERATOR(pg_catalog.=) ANY ($1)"
+		" ORDER BY a.job_id",
+		1, {INT8ARRAYOID},
+		SPI_OK_SELECT, false
+	},
 	[STMT_JOB_STATE] = {
 		"job state",
 		JOB_STATE_SQL,
@@ -336,14 +457,17 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_DEFINE_OPERATION] = {
 		"define operation",
 		"INSERT INTO jobguard.operations AS o"
-		" (operation, output_contract, contract_version, defined_at)"
+		" (operation, output_contract, contract_version, defined_at,"
+		"  retry_backoff, retry_backoff_max)"
 		" VALUES ($1, $2, pg_catalog.nextval('jobguard.contract_version_seq'),"
-		"  pg_catalog.now())"
+		"  pg_catalog.now(), $3, $4)"
 		" ON CONFLICT (operation) DO UPDATE"
 		" SET output_contract = EXCLUDED.output_contract,"
 		"  contract_version = EXCLUDED.contract_version,"
-		"  defined_at = EXCLUDED.defined_at",
-		2, {TEXTOID, JSONBOID},
+		"  defined_at = EXCLUDED.defined_at,"
+		"  retry_backoff = EXCLUDED.retry_backoff,"
+		"  retry_backoff_max = EXCLUDED.retry_backoff_max",
+		4, {TEXTOID, JSONBOID, INTERVALOID, INTERVALOID},
 		SPI_OK_INSERT, false
 	},
 	[STMT_CERTIFY_PROVIDER] = {
@@ -530,10 +654,11 @@ prepared_plan(StatementId id)
 		 * plan does not depend on the values, and a custom plan could pick
 		 * a partial index by a parameter's value (say, the index of started
 		 * attempts for state = 'started') that turns a lookup by id into a
-		 * scan.  It also spares re-planning on the first executions.
+		 * scan.  It also spares re-planning on the first executions.  (A
+		 * statement marked replan is planned at every run instead.)
 		 */
 		plan = SPI_prepare_cursor(def->sql, def->nargs, (Oid *) def->argtypes,
-								  CURSOR_OPT_GENERIC_PLAN);
+								  def->replan ? CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN);
 		if (plan == NULL)
 			elog(ERROR, "jobguard: could not prepare statement \"%s\": %s",
 				 def->name, SPI_result_code_string(SPI_result));

@@ -10,9 +10,15 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
+#include "catalog/pg_type_d.h"
 #include "funcapi.h"
+#include "mb/pg_wchar.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
 
 #include "miscadmin.h"
 
@@ -29,6 +35,7 @@
 #define SUBMIT_MAX_TRIES 3
 
 PG_FUNCTION_INFO_V1(jobguard_submit);
+PG_FUNCTION_INFO_V1(jobguard_submit_many);
 
 /*
  * describe_mismatch: "operation, params and provider" — the parts of a
@@ -60,14 +67,120 @@ describe_mismatch(const SubmitMatch *m)
 	return buf.data;
 }
 
+/* What submitting one request came to. */
+typedef enum SubmitOutcome
+{
+	SUBMIT_CREATED,				/* a new job */
+	SUBMIT_REPLAYED,			/* the same request again: the existing job */
+	SUBMIT_KEY_REUSED			/* a different request under the key: JG001 */
+} SubmitOutcome;
+
+/*
+ * submit_one: submit one request in the scope, inside store_connect().
+ * Inserts first and lets the unique constraint decide; only a conflicting
+ * insert reads the existing job and compares the request with it (into
+ * *match).  *job_id is the new or existing job.  Under READ COMMITTED a
+ * concurrent duplicate waits for the first inserter and then sees its job;
+ * under REPEATABLE READ it gets a serialization failure.
+ */
+static SubmitOutcome
+submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
+		   Datum params, Datum provider, Datum max_attempts, bool max_attempts_null,
+		   int64 *job_id, SubmitMatch *match)
+{
+	for (int tries = 1;; tries++)
+	{
+		if (store_insert_job(scope, owner_id, idempotency_key, operation, params,
+							 provider, max_attempts, max_attempts_null, job_id))
+		{
+			stats_count(STAT_SUBMITS_CREATED);
+			return SUBMIT_CREATED;
+		}
+		if (store_match_job(scope, owner_id, idempotency_key, operation, params,
+							provider, max_attempts, max_attempts_null, match))
+		{
+			KeyPolicy	policy;
+			bool		has_policy = policy_of(TextDatumGetCString(operation), &policy);
+
+			*job_id = match->job_id;
+			/* with identity keys, other differences in params do not count */
+			if (!match->same_params && has_policy && policy.has_identity &&
+				match->same_operation)
+				match->same_params = store_same_identity(match->job_id, params,
+														 policy.identity);
+			if (!match->same_operation || !match->same_params ||
+				!match->same_provider || !match->same_max_attempts)
+			{
+				stats_count(STAT_KEY_CONFLICTS);
+				return SUBMIT_KEY_REUSED;
+			}
+
+			/*
+			 * after_failure 'new_job': the same request after the job failed
+			 * or was cancelled starts a new job, linked to the old one.  The
+			 * old job stops being live first (a conditional update that a
+			 * concurrent winning finish makes do nothing); the unique index
+			 * on live jobs then decides between racing resubmits.
+			 */
+			if (has_policy && policy.new_job_after_failure)
+			{
+				SubmitMatch now;
+
+				if (store_replace_ended_job(match->job_id))
+				{
+					if (store_insert_next_job(scope, owner_id, idempotency_key, operation,
+											  params, provider, max_attempts,
+											  max_attempts_null, match->job_id, job_id))
+					{
+						stats_count(STAT_SUBMITS_CREATED);
+						return SUBMIT_CREATED;
+					}
+					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
+						 (long long) match->job_id);
+				}
+
+				/*
+				 * Not replaced: the job is not failed or cancelled, or a
+				 * racing resubmit replaced it first — then its new job is
+				 * the live one, and this call starts over to meet it.
+				 */
+				if (store_match_job(scope, owner_id, idempotency_key, operation, params,
+									provider, max_attempts, max_attempts_null, &now) &&
+					now.job_id != match->job_id)
+				{
+					if (tries >= SUBMIT_MAX_TRIES)
+						report_retries_exhausted("submit a new job after job", match->job_id);
+					continue;
+				}
+			}
+			stats_count(STAT_SUBMITS_REPLAYED);
+			return SUBMIT_REPLAYED;
+		}
+		if (tries >= SUBMIT_MAX_TRIES)
+			ereport(ERROR,
+					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					 errmsg("could not submit job for idempotency key \"%s\" of owner \"%s\"",
+							TextDatumGetCString(idempotency_key),
+							TextDatumGetCString(owner_id)),
+					 errdetail("The job for this key was removed concurrently %d times.", tries),
+					 errhint("Retry the call.")));
+	}
+}
+
+/* key_reused_message: JG001's message, for submit's error and submit_many's row. */
+static char *
+key_reused_message(Datum owner_id, Datum idempotency_key)
+{
+	return psprintf("idempotency key \"%s\" of owner \"%s\" was already used for a different request",
+					TextDatumGetCString(idempotency_key), TextDatumGetCString(owner_id));
+}
+
 /*
  * jobguard.submit(owner_id, idempotency_key, operation, params, provider,
  *				   max_attempts) -> (job_id, created)
  *
- * Insert first and let the unique constraint decide; only a conflicting
- * insert reads the existing job and compares the request with it.  Under
- * READ COMMITTED a concurrent duplicate waits for the first inserter and
- * then sees its job; under REPEATABLE READ it gets a serialization failure.
+ * One request: see submit_one().  A different request under the key is
+ * JG001, naming the existing job.
  */
 Datum
 jobguard_submit(PG_FUNCTION_ARGS)
@@ -83,7 +196,8 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	Datum		max_attempts = max_attempts_null ? (Datum) 0 : PG_GETARG_DATUM(5);
 	TupleDesc	desc = result_tupdesc(fcinfo);
 	int64		job_id = 0;
-	bool		created = false;
+	SubmitOutcome outcome;
+	SubmitMatch match;
 	Datum		columns[2];
 	bool		nulls[2] = {false, false};
 
@@ -97,98 +211,239 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	/* the caller's application: keys are unique per scope */
 	scope = CStringGetTextDatum(scopes_submit_scope(GetUserId()));
 	store_connect(&caller);
-	for (int tries = 1;; tries++)
-	{
-		SubmitMatch match;
-
-		if (store_insert_job(scope, owner_id, idempotency_key, operation, params,
-							 provider, max_attempts, max_attempts_null, &job_id))
-		{
-			created = true;
-			stats_count(STAT_SUBMITS_CREATED);
-			break;
-		}
-		if (store_match_job(scope, owner_id, idempotency_key, operation, params,
-							provider, max_attempts, max_attempts_null, &match))
-		{
-			KeyPolicy	policy;
-			bool		has_policy = policy_of(TextDatumGetCString(operation), &policy);
-
-			/* with identity keys, other differences in params do not count */
-			if (!match.same_params && has_policy && policy.has_identity &&
-				match.same_operation)
-				match.same_params = store_same_identity(match.job_id, params,
-														policy.identity);
-			if (!match.same_operation || !match.same_params ||
-				!match.same_provider || !match.same_max_attempts)
-			{
-				stats_count(STAT_KEY_CONFLICTS);
-				ereport(ERROR,
-						(errcode(ERRCODE_JG_IDEMPOTENCY_KEY_REUSED),
-						 errmsg("idempotency key \"%s\" of owner \"%s\" was already used for a different request",
-								TextDatumGetCString(idempotency_key),
-								TextDatumGetCString(owner_id)),
-						 errdetail("Job %lld was submitted with this key; this request differs in %s.",
-								   (long long) match.job_id, describe_mismatch(&match)),
-						 errhint("Use a new idempotency key for a new request, or resend the original request unchanged to get job %lld.",
-								 (long long) match.job_id)));
-			}
-
-			/*
-			 * after_failure 'new_job': the same request after the job failed
-			 * or was cancelled starts a new job, linked to the old one.  The
-			 * old job stops being live first (a conditional update that a
-			 * concurrent winning finish makes do nothing); the unique index
-			 * on live jobs then decides between racing resubmits.
-			 */
-			if (has_policy && policy.new_job_after_failure)
-			{
-				SubmitMatch now;
-
-				if (store_replace_ended_job(match.job_id))
-				{
-					if (store_insert_next_job(scope, owner_id, idempotency_key, operation,
-											  params, provider, max_attempts,
-											  max_attempts_null, match.job_id, &job_id))
-					{
-						created = true;
-						stats_count(STAT_SUBMITS_CREATED);
-						break;
-					}
-					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
-						 (long long) match.job_id);
-				}
-
-				/*
-				 * Not replaced: the job is not failed or cancelled, or a
-				 * racing resubmit replaced it first — then its new job is
-				 * the live one, and this call starts over to meet it.
-				 */
-				if (store_match_job(scope, owner_id, idempotency_key, operation, params,
-									provider, max_attempts, max_attempts_null, &now) &&
-					now.job_id != match.job_id)
-				{
-					if (tries >= SUBMIT_MAX_TRIES)
-						report_retries_exhausted("submit a new job after job", match.job_id);
-					continue;
-				}
-			}
-			stats_count(STAT_SUBMITS_REPLAYED);
-			job_id = match.job_id;
-			break;
-		}
-		if (tries >= SUBMIT_MAX_TRIES)
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not submit job for idempotency key \"%s\" of owner \"%s\"",
-							TextDatumGetCString(idempotency_key),
-							TextDatumGetCString(owner_id)),
-					 errdetail("The job for this key was removed concurrently %d times.", tries),
-					 errhint("Retry the call.")));
-	}
+	outcome = submit_one(scope, owner_id, idempotency_key, operation, params, provider,
+						 max_attempts, max_attempts_null, &job_id, &match);
+	if (outcome == SUBMIT_KEY_REUSED)
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_IDEMPOTENCY_KEY_REUSED),
+				 errmsg_internal("%s", key_reused_message(owner_id, idempotency_key)),
+				 errdetail("Job %lld was submitted with this key; this request differs in %s.",
+						   (long long) match.job_id, describe_mismatch(&match)),
+				 errhint("Use a new idempotency key for a new request, or resend the original request unchanged to get job %lld.",
+						 (long long) match.job_id)));
 	store_finish(&caller);
 
 	columns[0] = Int64GetDatum(job_id);
-	columns[1] = BoolGetDatum(created);
+	columns[1] = BoolGetDatum(outcome == SUBMIT_CREATED);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(desc, columns, nulls)));
+}
+
+/* One column of submit_many's input: its elements, and which are NULL. */
+typedef struct BatchColumn
+{
+	const char *name;			/* the request field, for messages */
+	const char *argname;		/* the argument */
+	Datum	   *values;
+	bool	   *nulls;
+	int			count;
+} BatchColumn;
+
+/*
+ * batch_column: deconstruct array argument argno (NULL: 22004 for the
+ * whole call, unless optional; then every element is NULL).  Arrays of
+ * more than one dimension are refused (22023).
+ */
+static void
+batch_column(FunctionCallInfo fcinfo, int argno, const char *argname,
+			 const char *field, Oid elemtype, bool optional, BatchColumn *column)
+{
+	ArrayType  *array;
+	int16		typlen;
+	bool		typbyval;
+	char		typalign;
+
+	column->name = field;
+	column->argname = argname;
+	column->values = NULL;
+	column->nulls = NULL;
+	column->count = -1;			/* not given: as long as the others */
+	if (optional && (PG_NARGS() <= argno || PG_ARGISNULL(argno)))
+		return;
+	require_arg(fcinfo, argno, argname);
+	array = PG_GETARG_ARRAYTYPE_P(argno);
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be a one-dimensional array", argname)));
+	get_typlenbyvalalign(elemtype, &typlen, &typbyval, &typalign);
+	deconstruct_array(array, elemtype, typlen, typbyval, typalign,
+					  &column->values, &column->nulls, &column->count);
+}
+
+/*
+ * batch_row_problem: why request i of a batch would be refused before it
+ * reaches the table — a NULL field (22004) or one out of range (22023) —
+ * as the message of its row, or NULL when it may be submitted.
+ */
+static char *
+batch_row_problem(const BatchColumn *columns, const int *max_chars, int ncolumns,
+				  int i, int *sqlstate)
+{
+	for (int c = 0; c < ncolumns; c++)
+	{
+		if (columns[c].nulls[i])
+		{
+			*sqlstate = ERRCODE_NULL_VALUE_NOT_ALLOWED;
+			return psprintf("%s of request %d must not be null", columns[c].name, i + 1);
+		}
+		if (max_chars[c] > 0)
+		{
+			text	   *t = DatumGetTextPP(columns[c].values[i]);
+			int			chars = pg_mbstrlen_with_len(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
+
+			if (chars < 1 || chars > max_chars[c])
+			{
+				*sqlstate = ERRCODE_INVALID_PARAMETER_VALUE;
+				return psprintf("%s of request %d must be 1 to %d characters long (it is %d)",
+								columns[c].name, i + 1, max_chars[c], chars);
+			}
+		}
+	}
+	return NULL;
+}
+
+/*
+ * jobguard.submit_many(owner_ids, idempotency_keys, operations, params,
+ *						providers, max_attempts)
+ *   -> TABLE (ord, job_id, created, sqlstate, message)
+ *
+ * Many requests in one call, each with the outcome submit() would have
+ * given it, one row per request in input order: created, replayed, or
+ * refused (22004, 22023, 54000, JG001 with the existing job's id), a refused
+ * request writing nothing and not stopping the others.  The requests that
+ * pass their checks are inserted in one pass, in order, insert-first as
+ * submit() does (store_insert_jobs); only those that found a job under
+ * their key go on as submit() would (submit_one: compare, key policy) — so
+ * a later request with a key used earlier in the same call finds that
+ * job: equal, a replay; different, JG001.  Arrays of unequal length refuse the whole call (22023).
+ */
+Datum
+jobguard_submit_many(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SavedIdentity caller;		/* restored by store_finish() */
+	BatchColumn columns[6];
+	const int	max_chars[5] = {MAX_KEY_CHARS, MAX_KEY_CHARS, MAX_NAME_CHARS, 0, MAX_NAME_CHARS};
+	BatchColumn *max_attempts = &columns[5];
+	int			count;
+	Datum		scope;
+	MemoryContext row_cxt;
+	JobBatch	batch;
+	bool	   *skip;
+	int		   *sqlstates;
+	char	  **messages;
+	bool	   *attempts_null;
+	Datum	   *attempts;
+	bool	   *inserted;
+	int64	   *job_ids;
+
+	batch_column(fcinfo, 0, "owner_ids", "owner_id", TEXTOID, false, &columns[0]);
+	batch_column(fcinfo, 1, "idempotency_keys", "idempotency_key", TEXTOID, false, &columns[1]);
+	batch_column(fcinfo, 2, "operations", "operation", TEXTOID, false, &columns[2]);
+	batch_column(fcinfo, 3, "params", "params", JSONBOID, false, &columns[3]);
+	batch_column(fcinfo, 4, "providers", "provider", TEXTOID, false, &columns[4]);
+	batch_column(fcinfo, 5, "max_attempts", "max_attempts", INT4OID, true, &columns[5]);
+	count = columns[0].count;
+	for (int c = 1; c < 6; c++)
+		if (columns[c].count != count && !(c == 5 && columns[c].count == -1))
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the arrays of jobguard.submit_many() must all have the same length"),
+					 errdetail("owner_ids has %d elements, %s %d.", count,
+							   columns[c].argname, columns[c].count)));
+
+	/* first, which requests are refused before they reach the table */
+	skip = palloc0(sizeof(bool) * Max(count, 1));
+	sqlstates = palloc0(sizeof(int) * Max(count, 1));
+	messages = palloc0(sizeof(char *) * Max(count, 1));
+	attempts_null = palloc(sizeof(bool) * Max(count, 1));
+	attempts = palloc0(sizeof(Datum) * Max(count, 1));
+	for (int i = 0; i < count; i++)
+	{
+		attempts_null[i] = max_attempts->count == -1 || max_attempts->nulls[i];
+		if (!attempts_null[i])
+			attempts[i] = max_attempts->values[i];
+		messages[i] = batch_row_problem(columns, max_chars, 5, i, &sqlstates[i]);
+		if (messages[i] == NULL &&
+			toast_raw_datum_size(columns[3].values[i]) - VARHDRSZ > (Size) max_payload_kb * 1024)
+		{
+			sqlstates[i] = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+			messages[i] = psprintf("params of request %d is too large (it takes %zu bytes; jobguard.max_payload_size allows %d kB)",
+								   i + 1, toast_raw_datum_size(columns[3].values[i]) - VARHDRSZ,
+								   max_payload_kb);
+		}
+		if (messages[i] == NULL && !attempts_null[i] && DatumGetInt32(attempts[i]) < 1)
+		{
+			sqlstates[i] = ERRCODE_INVALID_PARAMETER_VALUE;
+			messages[i] = psprintf("max_attempts of request %d must be at least 1 or null (it is %d)",
+								   i + 1, DatumGetInt32(attempts[i]));
+		}
+		skip[i] = messages[i] != NULL;
+	}
+	batch.count = count;
+	batch.owner_ids = columns[0].values;
+	batch.idempotency_keys = columns[1].values;
+	batch.operations = columns[2].values;
+	batch.params = columns[3].values;
+	batch.providers = columns[4].values;
+	batch.max_attempts = attempts;
+	batch.max_attempts_null = attempts_null;
+	batch.skip = skip;
+	for (int c = 0; c < 6; c++)
+		batch.arrays[c] = columns[c].count == -1 ? (Datum) 0 : PG_GETARG_DATUM(c);
+
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	scope = CStringGetTextDatum(scopes_submit_scope(GetUserId()));
+	inserted = palloc(sizeof(bool) * Max(count, 1));
+	job_ids = palloc0(sizeof(int64) * Max(count, 1));
+	store_connect(&caller);
+
+	/* then every other request in one pass; those that found a job compare with it */
+	store_insert_jobs(scope, &batch, inserted, job_ids);
+	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "jobguard submit_many row",
+									ALLOCSET_DEFAULT_SIZES);
+	for (int i = 0; i < count; i++)
+	{
+		MemoryContext old = MemoryContextSwitchTo(row_cxt);
+		Datum		row[5] = {Int32GetDatum(i + 1), (Datum) 0, BoolGetDatum(false)};
+		bool		row_nulls[5] = {false, true, false, true, true};
+		int			sqlstate = sqlstates[i];
+		char	   *message = messages[i];
+
+		if (!skip[i])
+		{
+			SubmitOutcome outcome = SUBMIT_CREATED;
+			SubmitMatch match;
+			int64		job_id = job_ids[i];
+
+			if (inserted[i])
+				stats_count(STAT_SUBMITS_CREATED);
+			else				/* a job has the key: what submit() would answer */
+				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
+									 columns[2].values[i], columns[3].values[i],
+									 columns[4].values[i], attempts[i], attempts_null[i],
+									 &job_id, &match);
+			row[1] = Int64GetDatum(job_id);
+			row_nulls[1] = false;
+			row[2] = BoolGetDatum(outcome == SUBMIT_CREATED);
+			if (outcome == SUBMIT_KEY_REUSED)
+			{
+				sqlstate = ERRCODE_JG_IDEMPOTENCY_KEY_REUSED;
+				message = psprintf("%s: job %lld was submitted with this key; this request differs in %s",
+								   key_reused_message(columns[0].values[i], columns[1].values[i]),
+								   (long long) job_id, describe_mismatch(&match));
+			}
+		}
+		if (message != NULL)
+		{
+			row[3] = CStringGetTextDatum(unpack_sql_state(sqlstate));
+			row[4] = CStringGetTextDatum(message);
+			row_nulls[3] = row_nulls[4] = false;
+		}
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, row_nulls);
+		MemoryContextSwitchTo(old);
+		MemoryContextReset(row_cxt);
+	}
+	store_finish(&caller);
+	return (Datum) 0;
 }

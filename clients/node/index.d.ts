@@ -84,7 +84,8 @@ export interface Attempt {
 export function submit(db: Queryable, request: SubmitRequest): Promise<Submitted>;
 export function beginAttempt(db: Queryable, jobId: JobId, options?: BeginOptions): Promise<AttemptId>;
 export function finish(db: Queryable, attemptId: AttemptId, result: Json): Promise<Outcome>;
-export function fail(db: Queryable, attemptId: AttemptId, error: string): Promise<'failed'>;
+export function fail(db: Queryable, attemptId: AttemptId, error: string,
+  options?: { retryInSeconds?: number }): Promise<'failed'>;
 export function markUnknown(db: Queryable, attemptId: AttemptId): Promise<'unknown'>;
 export function cancelAttempt(db: Queryable, attemptId: AttemptId, reason: string): Promise<'cancelled'>;
 export function cancelJob(db: Queryable, jobId: JobId, reason: string): Promise<'cancelled'>;
@@ -95,8 +96,44 @@ export function attempt(db: Queryable, attemptId: AttemptId): Promise<Attempt | 
 /** Holds the connection while it waits: pass a Client or PoolClient of its own. */
 export function awaitJob(db: Queryable, jobId: JobId, timeoutSeconds: number): Promise<JobState>;
 
-// Version 1.1, NOT on the server yet (see the marked block in index.js):
-//   claim, heartbeat, submitMany, fail(..., { retryInSeconds })
+export interface ClaimOptions {
+  /** recorded on the attempt (attempt_overview.worker), 1 to 255 characters */
+  worker: string;
+  /** only jobs of these operations; default any */
+  operations?: string[] | null;
+  /** the attempts' deadline, in seconds from now; default 30 */
+  timeoutSeconds?: number;
+  /** at most this many jobs (1 to 1000); default 1 */
+  maxJobs?: number;
+  /** run against this provider: its own jobs, and failovers where it is certified */
+  provider?: string | null;
+  /** when nothing is runnable, wait up to this long for something to be; default 0 */
+  waitSeconds?: number;
+}
+
+/** A row of jobguard.claim(). */
+export interface Claimed {
+  attempt_id: AttemptId;
+  job_id: JobId;
+  attempt_no: number;
+  operation: string;
+  provider: string;
+  params: Json;
+  deadline: Date;
+}
+
+/** A row of jobguard.submit_many(): created, replayed, or refused (sqlstate, message). */
+export interface SubmitManyRow {
+  ord: number;
+  job_id: JobId | null;
+  created: boolean;
+  sqlstate: string | null;
+  message: string | null;
+}
+
+export function claim(db: Queryable, options: ClaimOptions): Promise<Claimed[]>;
+export function heartbeat(db: Queryable, attemptId: AttemptId, extendBySeconds?: number): Promise<Date>;
+export function submitMany(db: Queryable, requests: SubmitRequest[]): Promise<SubmitManyRow[]>;
 
 /** Base of every jobguard error; extends pg's DatabaseError. */
 export class JobguardError extends DatabaseError {

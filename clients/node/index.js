@@ -74,9 +74,12 @@ async function finish(db, attemptId, result) {
   return value(db, 'SELECT jobguard.finish_attempt($1, $2::jsonb) AS v', [attemptId, json(result)]);
 }
 
-// fail: report that the attempt failed; resolves to 'failed'.
-async function fail(db, attemptId, error) {
-  return value(db, 'SELECT jobguard.fail_attempt($1, $2) AS v', [attemptId, nul(error)]);
+// fail: report that the attempt failed; resolves to 'failed'.  claim()
+// begins the job's next attempt no sooner than retryInSeconds from now
+// (default: the operation's retry backoff).
+async function fail(db, attemptId, error, { retryInSeconds } = {}) {
+  return value(db, 'SELECT jobguard.fail_attempt($1, $2, $3::interval) AS v',
+    [attemptId, nul(error), seconds(retryInSeconds)]);
 }
 
 // markUnknown: the caller saw a timeout; resolves to 'unknown'.
@@ -123,23 +126,41 @@ async function awaitJob(db, jobId, timeoutSeconds) {
 }
 
 // ---------------------------------------------------------------------------
-// Version 1.1 (SPEC "Version 1.1"): NOT on the server yet, so not here yet.
-// Each is one statement through run()/value(), like the functions above:
-//
-//   claim(db, { worker, operations, timeoutSeconds = 30, maxJobs = 1, provider, waitSeconds = 0 })
-//     -> [{ attempt_id, job_id, attempt_no, operation, provider, params, deadline }]
-//     SELECT * FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval)
-//   heartbeat(db, attemptId, extendBySeconds) -> Date
-//     SELECT jobguard.heartbeat($1, $2::interval) AS v
-//   fail(db, attemptId, error, { retryInSeconds })
-//     SELECT jobguard.fail_attempt($1, $2, $3::interval) AS v
-//   submitMany(db, requests) -> [{ ord, job_id, created, sqlstate, message }]
-//     SELECT * FROM jobguard.submit_many($1, $2, $3, $4::jsonb[], $5, $6)
-//     (a refused row carries sqlstate and message: errors.BY_SQLSTATE names its class)
+// The worker side (jobguard 1.1).
 // ---------------------------------------------------------------------------
+
+// claim: begin an attempt on each of up to maxJobs runnable jobs, oldest
+// first; resolves to their rows { attempt_id, job_id, attempt_no,
+// operation, provider, params, deadline } (none when nothing is runnable).
+// waitSeconds > 0 holds the connection while it waits.
+async function claim(db, { worker, operations, timeoutSeconds = 30, maxJobs = 1, provider,
+  waitSeconds = 0 } = {}) {
+  return run(db,
+    'SELECT * FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval)',
+    [nul(worker), nul(operations), seconds(timeoutSeconds), nul(maxJobs), nul(provider),
+      seconds(waitSeconds)]);
+}
+
+// heartbeat: push back a started attempt's deadline by extendBySeconds
+// (default: its own timeout); resolves to the new deadline.
+async function heartbeat(db, attemptId, extendBySeconds) {
+  return value(db, 'SELECT jobguard.heartbeat($1, $2::interval) AS v',
+    [attemptId, seconds(extendBySeconds)]);
+}
+
+// submitMany: many submits in one call; resolves to one row per request,
+// in order: { ord, job_id, created, sqlstate, message } — a refused request
+// carries its sqlstate and message (errors.BY_SQLSTATE names its class).
+async function submitMany(db, requests) {
+  const col = (f) => requests.map((r) => nul(f(r)));
+  return run(db,
+    'SELECT * FROM jobguard.submit_many($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::integer[])',
+    [col((r) => r.ownerId), col((r) => r.idempotencyKey), col((r) => r.operation),
+      requests.map((r) => json(r.params)), col((r) => r.provider), col((r) => r.maxAttempts)]);
+}
 
 module.exports = {
   submit, beginAttempt, finish, fail, markUnknown, cancelAttempt, cancelJob,
-  jobState, job, attempts, attempt, awaitJob,
+  jobState, job, attempts, attempt, awaitJob, claim, heartbeat, submitMany,
   ...errors,
 };

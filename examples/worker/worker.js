@@ -1,137 +1,164 @@
 'use strict';
-// A minimal jobguard worker.  It does not lock or claim anything itself: it
-// picks pending jobs and asks begin_attempt, and the gate decides.  JG002
-// (someone else's attempt is open), JG003 (closed) and JG005 (exhausted)
-// just mean "not mine": move on.
+// A jobguard worker built on jobguard.claim().  It keeps no job list and
+// races nobody: claim() hands it runnable jobs that no other worker holds
+// (SKIP LOCKED inside jobguard), with an attempt already begun against the
+// right provider, so the gate never turns it away (no JG002).
 //
-// One attempt:  begin -> call the provider with a timeout ->
+// One claimed attempt:  call the provider, heartbeating while it runs ->
 //   result in time  -> finish_attempt (won / lost / rejected)
-//   provider error  -> fail_attempt (the gate opens, a retry may begin)
-//   timeout         -> mark_unknown, and keep listening: the provider may
-//                      still answer, and that late answer is reported with
-//                      finish_attempt too (it wins, or it is recorded lost
-//                      so that it can be compensated).
-// A supervisor cancels attempts that stay unknown; the next worker to pick
-// the job fails over to the operation's certified fallback provider.
-// jobguard's functions are called through the jobguard Node client
-// (clients/node), which throws one error class per jobguard SQLSTATE.
+//   provider error  -> fail_attempt (the gate opens; claim() may hand the
+//                      job out again, after the retry backoff)
+//   no answer within the worker's patience -> mark_unknown, and keep
+//                      listening: the provider may still answer, and that
+//                      late answer is reported with finish_attempt too (it
+//                      wins, or it is recorded lost so it can be compensated).
+// A supervisor cancels attempts that stay unknown; claim(provider => the
+// certified fallback) then hands those jobs to the fallback.
 
-const jg = require('jobguard');
-
-// "not mine": someone else's attempt is open, the job is closed or exhausted
-const TRANSIENT = [jg.AttemptInFlight, jg.JobClosed, jg.AttemptsExhausted];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 class Worker {
   // db: a connected pg Client of its own; providers: name -> simulated
-  // provider; fallbacks: operation -> provider name to fail over to
-  // timeoutMs: how long the worker waits for the provider; the attempt's
-  // deadline in jobguard is deadlineSlackMs later, so that normally the
-  // worker records its own timeout (mark_unknown) before anyone else
-  // sees the deadline pass.
-  constructor({ id, db, providers, fallbacks = {}, timeoutMs = 500, deadlineSlackMs = 200, batch = 20 }) {
-    Object.assign(this, { id, db, providers, fallbacks, timeoutMs, deadlineSlackMs, batch });
+  // provider; fallbacks: operation -> provider name to fail over to.
+  // The attempt's deadline is leaseMs after the claim and after each
+  // heartbeat (every heartbeatMs while the call runs); the worker waits
+  // for the provider at most patienceMs in all.
+  constructor({ id, db, providers, fallbacks = {}, operations = null, leaseMs = 300,
+    heartbeatMs = 100, patienceMs = 800, batch = 10, waitMs = 200 }) {
+    Object.assign(this, { id, db, providers, fallbacks, operations, leaseMs, heartbeatMs,
+      patienceMs, batch, waitMs });
+    this.queue = Promise.resolve();  // the connection's queries, one after another
     this.late = new Set();      // reports still to come from timed-out calls
     this.errors = [];           // late reports that failed
-    this.stats = { begun: 0, skipped: {}, won: 0, lost: 0, rejected: 0, failed: 0,
-      timedOut: [], markRaced: 0, lateOutcomes: {} };
+    this.stats = { claimed: 0, failover: 0, won: 0, lost: 0, rejected: 0, failed: 0,
+      heartbeats: 0, heartbeatsLate: 0, timedOut: [], markRaced: 0, lateOutcomes: {} };
   }
 
-  // up to batch pending jobs, oldest first, each with its last attempt's state
-  async pending() {
-    const { rows } = await this.db.query(
-      `SELECT j.job_id, j.operation, j.provider, j.params, j.attempts,
-              (SELECT a.state FROM jobguard.attempts_of(j.job_id) a
-                ORDER BY a.attempt_no DESC LIMIT 1) AS last_state
-         FROM jobguard.job_overview j
-        WHERE j.state = 'pending'
-        ORDER BY j.job_id
-        LIMIT $1`, [this.batch]);
+  // run a query on the worker's connection after those already queued (the
+  // calls of a batch and their heartbeats share it)
+  query(sql, params) {
+    const run = this.queue.then(() => this.db.query(sql, params));
+    this.queue = run.catch(() => {});
+    return run;
+  }
+
+  // claim up to batch jobs; provider: a fallback to fail over to, or null
+  // for each job's own provider
+  async claim(provider, waitMs) {
+    const { rows } = await this.query(
+      `SELECT attempt_id, job_id, attempt_no, operation, provider, params
+         FROM jobguard.claim($1, operations => $2, timeout => make_interval(secs => $3),
+                             max_jobs => $4, provider => $5, wait => make_interval(secs => $6))`,
+      [this.id, this.operations, this.leaseMs / 1000, this.batch, provider, waitMs / 1000]);
     return rows;
   }
 
-  // a cancelled last attempt means "stuck": fail over; else the job's own
-  chooseProvider(job) {
-    if (job.last_state === 'cancelled' && this.fallbacks[job.operation])
-      return this.fallbacks[job.operation];
-    return job.provider;
+  // keep the attempt alive while the call runs; stops at the first refusal
+  // (JG006: the deadline passed before the heartbeat arrived)
+  heartbeat(attemptId) {
+    let stopped = false;
+    let timer;
+    const beat = async () => {
+      if (stopped) return;
+      try {
+        await this.query('SELECT jobguard.heartbeat($1)', [attemptId]);
+        this.stats.heartbeats++;
+        timer = setTimeout(beat, this.heartbeatMs);
+      } catch (err) {
+        // JG006: too late (or the attempt finished meanwhile): stop beating
+        if (err.code !== 'JG006') this.errors.push(err);
+        else if (!stopped) this.stats.heartbeatsLate++;
+      }
+    };
+    timer = setTimeout(beat, this.heartbeatMs);
+    return () => { stopped = true; clearTimeout(timer); };
   }
 
-  // one attempt at a job, if the gate lets this worker begin one
-  async tryJob(job) {
-    const providerName = this.chooseProvider(job);
-    const attemptNo = job.attempts + 1;
-    let attemptId;
-    try {
-      attemptId = await jg.beginAttempt(this.db, job.job_id, { provider: providerName,
-        timeoutSeconds: (this.timeoutMs + this.deadlineSlackMs) / 1000,
-        attemptKey: `${this.id}/${job.job_id}/${attemptNo}` });
-    } catch (err) {
-      if (!TRANSIENT.some((cls) => err instanceof cls)) throw err;
-      this.stats.skipped[err.code] = (this.stats.skipped[err.code] || 0) + 1;
-      return;
-    }
-    this.stats.begun++;
-    const call = this.providers[providerName].call(job, attemptNo);
+  async runAttempt(a) {
+    this.stats.claimed++;
+    const call = this.providers[a.provider].call(a, a.attempt_no);
+    const stopBeating = this.heartbeat(a.attempt_id);
     let timer;
-    const timeout = new Promise((resolve) => { timer = setTimeout(resolve, this.timeoutMs, 'timeout'); });
+    const patience = new Promise((resolve) => { timer = setTimeout(resolve, this.patienceMs, 'timeout'); });
     const first = await Promise.race([
       call.then((result) => ({ result }), (error) => ({ error })),
-      timeout,
+      patience,
     ]);
     clearTimeout(timer);
+    stopBeating();
     if (first === 'timeout') {
-      this.stats.timedOut.push(attemptId);
+      this.stats.timedOut.push(a.attempt_id);
       try {
-        await jg.markUnknown(this.db, attemptId);
+        await this.query('SELECT jobguard.mark_unknown($1)', [a.attempt_id]);
       } catch (err) {
-        // JG006: a supervisor already cancelled it (its clock reached the
-        // deadline first).  Either way, keep listening for the answer.
-        if (!(err instanceof jg.InvalidTransition)) throw err;
+        // JG006: a supervisor already cancelled it.  Keep listening anyway.
+        if (err.code !== 'JG006') throw err;
         this.stats.markRaced++;
       }
       const late = call
-        .then((result) => this.finish(attemptId, result, true),
-          (error) => this.fail(attemptId, error, true))
+        .then((result) => this.finish(a.attempt_id, result, true),
+          (error) => this.fail(a.attempt_id, error, true))
         .catch((err) => { this.errors.push(err); })
         .finally(() => this.late.delete(late));
       this.late.add(late);
     } else if (first.error) {
-      await this.fail(attemptId, first.error, false);
+      await this.fail(a.attempt_id, first.error, false);
     } else {
-      await this.finish(attemptId, first.result, false);
+      await this.finish(a.attempt_id, first.result, false);
     }
   }
 
-  // report a result; count its outcome
   async finish(attemptId, result, late) {
-    const outcome = await jg.finish(this.db, attemptId, result);
+    const { rows } = await this.query('SELECT jobguard.finish_attempt($1, $2) AS outcome',
+      [attemptId, JSON.stringify(result)]);
+    const outcome = rows[0].outcome;
     this.stats[outcome]++;
     if (late) this.stats.lateOutcomes[outcome] = (this.stats.lateOutcomes[outcome] || 0) + 1;
     return outcome;
   }
 
-  // report a provider error; count it
   async fail(attemptId, error, late) {
-    await jg.fail(this.db, attemptId, String(error.message));
+    await this.query('SELECT jobguard.fail_attempt($1, $2)', [attemptId, String(error.message)]);
     this.stats.failed++;
     if (late) this.stats.lateOutcomes.failed = (this.stats.lateOutcomes.failed || 0) + 1;
   }
 
-  // work until stop() is called; returns when the loop has ended
-  async run({ idleMs = 20 } = {}) {
-    this.stopping = false;
-    while (!this.stopping) {
-      const jobs = await this.pending();
-      for (const job of jobs) {
-        if (this.stopping) break;
-        await this.tryJob(job);
+  // after a restart: this worker's attempts that are still open.  It cannot
+  // know what the provider did with them, so it marks them unknown: the
+  // supervisor decides (cancel and fail over), and a late answer still
+  // goes through the compare-and-swap.
+  async recover() {
+    const { rows } = await this.query(
+      `SELECT attempt_id, job_id, state FROM jobguard.attempt_overview
+        WHERE worker = $1 AND state IN ('started', 'unknown') ORDER BY attempt_id`, [this.id]);
+    for (const r of rows) {
+      try {
+        await this.query('SELECT jobguard.mark_unknown($1)', [r.attempt_id]);
+      } catch (err) {
+        if (err.code !== 'JG006') throw err;   // cancelled meanwhile
       }
-      if (jobs.length === 0) await sleep(idleMs);
+    }
+    return rows;
+  }
+
+  // work until stop() is called; returns when the loop has ended
+  async run() {
+    this.stopping = false;
+    const fallbacks = [...new Set(Object.values(this.fallbacks))];
+    while (!this.stopping) {
+      // failovers first: jobs whose last attempt was cancelled or failed,
+      // for a fallback certified for their operation (none if it is not)
+      let attempts = [];
+      for (const fb of fallbacks) {
+        const got = await this.claim(fb, 0);
+        this.stats.failover += got.length;
+        attempts.push(...got);
+      }
+      if (attempts.length === 0) attempts = await this.claim(null, this.waitMs);
+      await Promise.all(attempts.map((a) => this.runAttempt(a)));
     }
   }
 
-  // end the run loop after the job in hand
   stop() { this.stopping = true; }
 
   // wait for the late reports of timed-out calls
@@ -151,17 +178,30 @@ async function cancelStuck(db, { graceMs = 0, reason = 'supervisor: no answer, f
   const cancelled = [];
   for (const { attempt_id: id } of rows) {
     try {
-      await jg.cancelAttempt(db, id, reason);
+      await db.query('SELECT jobguard.cancel_attempt($1, $2)', [id, reason]);
       cancelled.push(id);
     } catch (err) {
       // JG006: its late answer arrived between the SELECT and the cancel
-      if (!(err instanceof jg.InvalidTransition)) throw err;
+      if (err.code !== 'JG006') throw err;
     }
   }
   return cancelled;
 }
 
-module.exports = { Worker, cancelStuck };
+// Which fallbacks are not certified for their operation: claim() would
+// never fail over to them (it never raises JG004, it just finds nothing).
+async function uncertifiedFallbacks(db, fallbacks) {
+  const missing = [];
+  for (const [operation, provider] of Object.entries(fallbacks)) {
+    const { rows } = await db.query(
+      `SELECT 1 FROM jobguard.certification_overview
+        WHERE operation = $1 AND provider = $2 AND certified`, [operation, provider]);
+    if (rows.length === 0) missing.push(`${provider} for ${operation}`);
+  }
+  return missing;
+}
+
+module.exports = { Worker, cancelStuck, uncertifiedFallbacks };
 
 // node worker.js: one worker (and its supervisor) on the PG* environment,
 // against simulated providers, until interrupted.
@@ -178,8 +218,14 @@ if (require.main === module) {
       'main-psp': createProvider({ name: 'main-psp', failureRate: 0.1, hangRate: 0.1 }),
       'backup-psp': createProvider({ name: 'backup-psp' }),
     };
-    const worker = new Worker({ id: `worker-${process.pid}`, db, providers,
-      fallbacks: { charge: 'backup-psp' } });
+    const fallbacks = { charge: 'backup-psp' };
+    for (const m of await uncertifiedFallbacks(db, fallbacks))
+      console.warn(`fallback ${m} is not certified: stuck jobs will not fail over ` +
+        `(SELECT jobguard.certify_provider(...) first, see README.md)`);
+    const worker = new Worker({ id: process.env.WORKER_ID || `worker-${process.pid}`, db,
+      providers, fallbacks });
+    const recovered = await worker.recover();
+    if (recovered.length) console.log(`recovered ${recovered.length} open attempts of ${worker.id}`);
     const tick = setInterval(() => cancelStuck(sup, { graceMs: 1000 }).catch(console.error), 500);
     process.on('SIGINT', () => worker.stop());
     await worker.run();

@@ -1,15 +1,18 @@
 'use strict';
-// Several workers, each with its own connection, over the same submitted
-// jobs.  Nobody claims anything: each worker picks pending jobs and the gate
-// decides.  A share of the primary provider's calls hang past the timeout;
-// a supervisor cancels them and the jobs fail over to the certified
-// fallback, while the hung calls still answer late.  In the end every job
-// has exactly one winning result, and lost results only where an attempt
-// was cancelled while its call was still running.
+// Several workers, each with its own connection, drain the same submitted
+// jobs with jobguard.claim().  Nobody picks jobs from a list: claim() hands
+// each job to one worker, so the gate never turns a worker away (no JG002
+// at all).  A share of the primary provider's calls hang past the workers'
+// patience; a supervisor cancels those attempts and claim() hands the jobs
+// to the certified fallback, while the hung calls still answer late.  One
+// worker crashes mid-run holding claimed attempts; restarted under the same
+// name it finds them (attempt_overview.worker).  In the end every job has
+// exactly one winning result, and lost results only where an attempt was
+// cancelled while its call was still running.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { Client, types } = require('pg');
-const { Worker, cancelStuck } = require('../worker');
+const { Worker, cancelStuck, uncertifiedFallbacks } = require('../worker');
 const { createProvider } = require('../provider');
 
 types.setTypeParser(20, Number);
@@ -32,9 +35,10 @@ test.before(async () => {
   db = new Client({ database: DB });
   await db.connect();
   await db.query('CREATE EXTENSION jobguard');
+  // a contract, and a short retry backoff after a failure
   await db.query(`SELECT jobguard.define_operation('charge',
-    '{"type": "object", "required": ["charge_id", "provider"]}')`);
-  await db.query(`SELECT jobguard.certify_provider('charge', 'backup-psp')`);
+    '{"type": "object", "required": ["charge_id", "provider"]}',
+    retry_backoff => '20 milliseconds', retry_backoff_max => '200 milliseconds')`);
 });
 
 test.after(async () => {
@@ -42,30 +46,58 @@ test.after(async () => {
   await admin(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
 });
 
-test(`${WORKERS} workers x ${JOBS / WORKERS} jobs: one winning result per job`, { timeout: 180000 }, async (t) => {
-  for (let i = 1; i <= JOBS; i++) {
-    await db.query(`SELECT jobguard.submit($1, $2, 'charge', $3, 'main-psp')`,
-      [`customer-${i % 7}`, `order-${i}`, JSON.stringify({ amount: 100 + i })]);
-  }
+test('the worker says when its fallback is not certified yet', async () => {
+  assert.deepEqual(await uncertifiedFallbacks(db, { charge: 'backup-psp' }), ['backup-psp for charge']);
+  await db.query(`SELECT jobguard.certify_provider('charge', 'backup-psp', '{"suite": "green"}')`);
+  assert.deepEqual(await uncertifiedFallbacks(db, { charge: 'backup-psp' }), []);
+});
+
+test(`${WORKERS} workers x ${JOBS / WORKERS} jobs: one winning result per job, no JG002`, { timeout: 180000 }, async (t) => {
+  const { rows: submitted } = await db.query(
+    `SELECT count(*) FILTER (WHERE created)::int AS created, count(sqlstate)::int AS refused
+       FROM jobguard.submit_many(
+         ARRAY(SELECT 'customer-' || (i % 7) FROM generate_series(1, $1) i),
+         ARRAY(SELECT 'order-' || i FROM generate_series(1, $1) i),
+         array_fill('charge'::text, ARRAY[$1::int]),
+         ARRAY(SELECT jsonb_build_object('amount', 100 + i) FROM generate_series(1, $1) i),
+         array_fill('main-psp'::text, ARRAY[$1::int]))`, [JOBS]);
+  assert.deepEqual(submitted[0], { created: JOBS, refused: 0 }, 'submit_many created every job');
+
   const providers = {
-    // timeouts are 800 ms; a hung call answers after 2.5 s
+    // patience is 800 ms; a hung call answers after 2.5 s
     'main-psp': createProvider({ name: 'main-psp', delayMs: 5, jitterMs: 20,
       failureRate: 0.1, hangRate: 0.08, hangMs: 2500, seed: 9 }),
     'backup-psp': createProvider({ name: 'backup-psp', delayMs: 5, jitterMs: 20,
       failureRate: 0.05, seed: 9 }),
   };
+  const options = { providers, fallbacks: { charge: 'backup-psp' }, patienceMs: 800 };
   const clients = [];
-  const workers = [];
-  for (let i = 0; i < WORKERS; i++) {
+  const connect = async () => {
     const c = new Client({ database: DB });
     await c.connect();
     clients.push(c);
-    workers.push(new Worker({ id: `w${i}`, db: c, providers, fallbacks: { charge: 'backup-psp' },
-      timeoutMs: 800 }));
-  }
-  const sup = new Client({ database: DB });
-  await sup.connect();
-  clients.push(sup);
+    return c;
+  };
+
+  // w0 claims three jobs and crashes: its connection is gone, its attempts
+  // stay open until their deadline
+  const crashing = new Worker({ id: 'w0', db: await connect(), ...options, batch: 3 });
+  const abandoned = await crashing.claim(null, 0);
+  await crashing.db.end();
+  clients.splice(clients.indexOf(crashing.db), 1);
+  assert.ok(abandoned.length > 0, 'the crashing worker had claimed jobs');
+
+  const workers = [];
+  for (let i = 0; i < WORKERS; i++)
+    workers.push(new Worker({ id: `w${i}`, db: await connect(), ...options }));
+  // w0, restarted, finds what it held before the crash
+  const recovered = await workers[0].recover();
+  const crashedClaims = await db.query(
+    `SELECT attempt_id FROM jobguard.attempt_overview WHERE worker = 'w0' ORDER BY attempt_id`);
+  assert.deepEqual(recovered.map((r) => r.attempt_id), crashedClaims.rows.map((r) => r.attempt_id),
+    'the restarted worker found all of its open attempts');
+  assert.ok(recovered.length >= abandoned.length);
+  const sup = await connect();
 
   // the supervisor: every 100 ms, stop waiting for unknown attempts
   const cancelled = [];
@@ -98,16 +130,17 @@ test(`${WORKERS} workers x ${JOBS / WORKERS} jobs: one winning result per job`, 
     supervising = false;
     await supervisor.catch(() => {});
     await Promise.allSettled(clients.map((c) => c.end()));
+    // any error in a worker loop — a JG002 among them — ends the test here
     for (const e of ended) if (e.status === 'rejected') throw e.reason;
   }
-  for (const w of workers) assert.deepEqual(w.errors, [], `${w.id}: late reports failed`);
+  for (const w of workers) assert.deepEqual(w.errors, [], `${w.id}: late reports or heartbeats failed`);
 
   const sum = (f) => workers.reduce((n, w) => n + f(w.stats), 0);
   const timedOut = new Set(workers.flatMap((w) => w.stats.timedOut));
-  const skippedGate = sum((s) => (s.skipped.JG002 || 0) + (s.skipped.JG003 || 0));
-  t.diagnostic(`attempts begun ${sum((s) => s.begun)}, refused by the gate ${skippedGate}, ` +
+  t.diagnostic(`attempts claimed ${sum((s) => s.claimed)} (failovers ${sum((s) => s.failover)}), ` +
     `won ${sum((s) => s.won)}, lost ${sum((s) => s.lost)}, failed ${sum((s) => s.failed)}, ` +
-    `timed out ${timedOut.size}, cancelled by the supervisor ${cancelled.length}`);
+    `timed out ${timedOut.size}, cancelled by the supervisor ${cancelled.length}, ` +
+    `heartbeats ${sum((s) => s.heartbeats)} (late ${sum((s) => s.heartbeatsLate)})`);
   for (const w of workers) t.diagnostic(`${w.id}: ${JSON.stringify({ ...w.stats, timedOut: w.stats.timedOut.length })}`);
 
   // every job succeeded, its result slot names its one succeeded attempt
@@ -125,11 +158,12 @@ test(`${WORKERS} workers x ${JOBS / WORKERS} jobs: one winning result per job`, 
     assert.equal(j.open, 0, `job ${j.job_id}: nothing left open`);
   }
   assert.equal(sum((s) => s.won), JOBS, 'the workers saw exactly one won per job');
+  const invariants = await db.query('SELECT * FROM jobguard.check_invariants()');
+  assert.deepEqual(invariants.rows, [], 'check_invariants() is empty');
 
   // lost results only where expected: two attempts of a job can both
-  // report only if the first was cancelled (out of band) while its call was
-  // still running; so the loser, or the late winner it lost to, is a
-  // cancelled attempt
+  // report only if one was cancelled (out of band) while its call was
+  // still running; so the loser, or the winner it lost to, was cancelled
   const lost = await db.query(
     `SELECT l.attempt_id, l.job_id, l.lost_to, l.lost_result, j.completed_by,
             l.cancelled_at IS NOT NULL OR w.cancelled_at IS NOT NULL AS after_cancel
@@ -144,13 +178,23 @@ test(`${WORKERS} workers x ${JOBS / WORKERS} jobs: one winning result per job`, 
   }
   assert.equal(lost.rows.length, sum((s) => s.lost));
 
+  // the abandoned attempts were cancelled, and their jobs done by others
+  const afterCrash = await db.query(
+    `SELECT a.state FROM jobguard.attempt_overview a WHERE a.attempt_id = ANY ($1)`,
+    [abandoned.map((a) => a.attempt_id)]);
+  assert.deepEqual(afterCrash.rows.map((r) => r.state), abandoned.map(() => 'cancelled'),
+    'the supervisor cancelled every abandoned attempt');
+
   // the run did exercise the breakpoints
   const hung = providers['main-psp'].calls.filter((c) => c.hang).length;
   assert.ok(hung > 0 && timedOut.size >= hung, 'every hung call was timed out');
   assert.ok(cancelled.length > 0, 'the supervisor cancelled stuck attempts');
   assert.ok(lost.rows.length > 0, 'late answers were recorded as lost');
+  assert.ok(sum((s) => s.heartbeats) > 0, 'long calls were kept alive with heartbeats');
   const fallbackWins = await db.query(
     `SELECT count(*)::int AS n FROM jobguard.attempt_overview WHERE provider = 'backup-psp' AND state = 'succeeded'`);
   assert.ok(fallbackWins.rows[0].n > 0, 'jobs failed over to the certified fallback');
-  assert.ok(skippedGate > 0, 'workers collided and the gate turned them away');
+  const workersSeen = await db.query(
+    `SELECT count(DISTINCT worker)::int AS n FROM jobguard.attempt_overview`);
+  assert.equal(workersSeen.rows[0].n, WORKERS, 'every worker claimed work, recorded by name');
 });

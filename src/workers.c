@@ -1,0 +1,253 @@
+/*-------------------------------------------------------------------------
+ *
+ * workers.c
+ *	  The entry points of the worker side: claim (hand out runnable jobs,
+ *	  one attempt each, to concurrent workers without a herd) and
+ *	  heartbeat (a long attempt pushes back its deadline in time).
+ *
+ * claim() finds its jobs with one statement that locks them SKIP LOCKED
+ * (concurrent claims pass over each other's jobs instead of waiting), then
+ * begins each through store_begin_attempt(), the very gate of
+ * begin_attempt() on either back end: the partial unique index on open
+ * attempts stays the arbiter, and a job the gate refuses meanwhile is
+ * simply not returned (never JG002).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "catalog/pg_type_d.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/latch.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/fmgrprotos.h"
+
+#include "args.h"
+#include "states.h"
+#include "store.h"
+
+/* The most jobs one claim() may take. */
+#define MAX_CLAIM_JOBS 1000
+
+/*
+ * How often one claim() looks for more jobs when a concurrent call took
+ * some of those it had found; each round means another call made progress.
+ */
+#define CLAIM_ROUNDS 3
+
+/* How long a waiting claim() sleeps between two looks, at first and at most. */
+#define CLAIM_FIRST_SLEEP_MS 1
+#define CLAIM_MAX_SLEEP_MS 50
+
+PG_FUNCTION_INFO_V1(jobguard_claim);
+PG_FUNCTION_INFO_V1(jobguard_heartbeat);
+
+/*
+ * interval_arg: a required interval argument that must be greater
+ * than zero (or, allow_zero, not negative); 22004 / 22023 otherwise.
+ */
+static Datum
+interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool allow_zero)
+{
+	Interval	zero_interval = {0};
+	Datum		value;
+	bool		ok;
+
+	require_arg(fcinfo, argno, name);
+	value = PG_GETARG_DATUM(argno);
+	ok = DatumGetBool(DirectFunctionCall2(allow_zero ? interval_ge : interval_gt, value,
+										  IntervalPGetDatum(&zero_interval)));
+	if (!ok)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg(allow_zero ? "argument \"%s\" must not be negative" :
+						"argument \"%s\" must be greater than zero", name),
+				 errdetail("It is %s.", DatumGetCString(DirectFunctionCall1(interval_out, value)))));
+	return value;
+}
+
+/*
+ * interval_ms: an interval in milliseconds (a day as 24 hours, a month as
+ * 30 days, as interval comparison counts them).
+ */
+static int64
+interval_ms(const Interval *span)
+{
+	return span->time / 1000 +
+		((int64) span->month * DAYS_PER_MONTH + span->day) * SECS_PER_DAY * 1000;
+}
+
+/*
+ * wait_for_runnable: sleep until a job may have become runnable, or until
+ * `until`; returns false once `until` has passed.  For now this polls:
+ * short sleeps on the process latch (1 ms, doubling up to 50 ms), so that
+ * a cancel or statement_timeout interrupts at once.  It is the one place
+ * to wake up from instead when something signals new work.
+ */
+static bool
+wait_for_runnable(TimestampTz until, long *sleep_ms)
+{
+	long		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
+
+	if (remaining_ms <= 0)
+		return false;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 Min(*sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+	*sleep_ms = Min(*sleep_ms * 2, CLAIM_MAX_SLEEP_MS);
+	return true;
+}
+
+/* What one claim() asks for. */
+typedef struct ClaimRequest
+{
+	const char *scope;			/* NULL: every scope (operators) */
+	Datum		worker;
+	Datum		operations;
+	bool		operations_null;
+	Datum		timeout;
+	int			max_jobs;
+	Datum		provider;
+	bool		provider_null;
+} ClaimRequest;
+
+/*
+ * claim_once: find and begin up to max_jobs runnable jobs; their attempt
+ * ids go to attempts[], the count is returned.  A job found runnable but
+ * refused by the gate by the time its attempt begins (a concurrent begin
+ * got there first) is passed over, and the search runs again for the
+ * shortfall.
+ */
+static int
+claim_once(const ClaimRequest *req, int64 *attempts)
+{
+	int64	   *candidates = palloc(sizeof(int64) * req->max_jobs);
+	int			claimed = 0;
+
+	for (int round = 0; round < CLAIM_ROUNDS && claimed < req->max_jobs; round++)
+	{
+		int			found = store_claim_candidates(req->scope, req->operations,
+												   req->operations_null,
+												   GetCurrentTimestamp(), req->provider,
+												   req->provider_null,
+												   req->max_jobs - claimed, candidates);
+		int			refused = 0;
+
+		for (int i = 0; i < found; i++)
+		{
+			int64		attempt_id = store_begin_attempt(candidates[i], req->scope,
+														 req->provider, req->provider_null,
+														 req->timeout, (Datum) 0, true,
+														 req->worker, false);
+
+			if (attempt_id != 0)
+				attempts[claimed++] = attempt_id;
+			else
+				refused++;
+		}
+		if (refused == 0)
+			break;
+	}
+	pfree(candidates);
+	return claimed;
+}
+
+/*
+ * jobguard.claim(worker, operations, timeout, max_jobs, provider, wait)
+ *   -> TABLE (attempt_id, job_id, attempt_no, operation, provider, params,
+ *			   deadline)
+ *
+ * Begins one attempt (recording the worker) on each of up to max_jobs
+ * runnable jobs of the caller's scope, oldest first, and returns them.
+ * With wait > 0 and nothing runnable, looks again until something is or
+ * the wait is over; that needs a fresh snapshot per look, so it is
+ * refused (0A000) under REPEATABLE READ and SERIALIZABLE.
+ */
+Datum
+jobguard_claim(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SavedIdentity caller;		/* restored by store_finish() */
+	ClaimRequest req;
+	Interval   *wait;
+	TimestampTz until;
+	long		sleep_ms = CLAIM_FIRST_SLEEP_MS;
+	int64	   *attempts;
+
+	req.worker = text_arg(fcinfo, 0, "worker", MAX_KEY_CHARS);
+	req.operations_null = PG_ARGISNULL(1);
+	req.operations = req.operations_null ? (Datum) 0 : PG_GETARG_DATUM(1);
+	if (!req.operations_null && ARR_NDIM(PG_GETARG_ARRAYTYPE_P(1)) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"operations\" must be a one-dimensional array")));
+	req.timeout = interval_arg(fcinfo, 2, "timeout", false);
+	require_arg(fcinfo, 3, "max_jobs");
+	req.max_jobs = PG_GETARG_INT32(3);
+	if (req.max_jobs < 1 || req.max_jobs > MAX_CLAIM_JOBS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"max_jobs\" must be 1 to %d", MAX_CLAIM_JOBS),
+				 errdetail("It is %d.", req.max_jobs)));
+	req.provider = optional_text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS, &req.provider_null);
+	wait = DatumGetIntervalP(interval_arg(fcinfo, 5, "wait", true));
+	if (interval_ms(wait) > 0 && IsolationUsesXactSnapshot())
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("jobguard.claim() cannot wait in a %s transaction",
+						IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ"),
+				 errdetail("Its snapshot could never see the jobs that become runnable."),
+				 errhint("Call it in READ COMMITTED, or with wait => '0'.")));
+	req.scope = scopes_acting_scope(GetUserId());
+
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	attempts = palloc(sizeof(int64) * req.max_jobs);
+	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), interval_ms(wait));
+	for (;;)
+	{
+		int			claimed;
+
+		store_connect(&caller);
+		claimed = claim_once(&req, attempts);
+		if (claimed > 0)
+			store_put_claimed(attempts, claimed, rsinfo);
+		store_finish(&caller);
+		if (claimed > 0 || !wait_for_runnable(until, &sleep_ms))
+			break;
+	}
+	return (Datum) 0;
+}
+
+/*
+ * jobguard.heartbeat(attempt_id, extend_by) -> the new deadline
+ *
+ * A worker still busy with a long attempt says so in time: the deadline
+ * of a started attempt becomes now() + extend_by (NULL: the timeout the
+ * attempt began with).  An attempt past its deadline is unknown and stays
+ * so (JG006): its gate may already have been judged by someone else.
+ */
+Datum
+jobguard_heartbeat(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	bool		extend_by_null = PG_ARGISNULL(1);
+	Datum		extend_by = extend_by_null ? (Datum) 0 :
+		interval_arg(fcinfo, 1, "extend_by", false);
+	Oid			userid = GetUserId();
+	AttemptRow	attempt;
+	TimestampTz deadline;
+
+	store_connect(&caller);
+	if (!store_lock_attempt(attempt_id, scopes_acting_scope(userid), &attempt))
+		report_attempt_not_found(attempt_id, userid, SCOPE_ACT);
+	require_transition(ACTION_HEARTBEAT, &attempt);
+	deadline = store_heartbeat(attempt_id, extend_by, extend_by_null);
+	store_finish(&caller);
+	PG_RETURN_TIMESTAMPTZ(deadline);
+}
