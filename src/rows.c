@@ -548,9 +548,8 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 	const AttrNumber *a = cat->job_att;
 	RowWriter	w;
 	Snapshot	snap = begin_statement();
-	List	   *arbiters = list_make1_oid(cat->jobs_owner_key);
 
-	writer_open(&w, cat->jobs, &cat->job_rules, true);
+	writer_open(&w, cat->jobs, &cat->job_rules, CMD_INSERT);
 	for (int i = 0; i < batch->count; i++)
 	{
 		inserted[i] = false;
@@ -565,7 +564,7 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 		set(&w, a[JOB_PROVIDER], batch->providers[i], false);
 		set(&w, a[JOB_MAX_ATTEMPTS], batch->max_attempts[i], batch->max_attempts_null[i]);
 		set(&w, a[JOB_SCOPE], scope, false);
-		inserted[i] = insert_unless_conflict(&w, arbiters, snap);
+		inserted[i] = insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 		if (inserted[i])
 			job_ids[i] = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
 		ResetPerTupleExprContext(w.estate);
