@@ -53,7 +53,7 @@ is($proxy->safe_psql('updated', q{
 	 WHERE p.pronamespace = 'jobguard'::regnamespace
 	   AND p.proname IN ('claim', 'heartbeat', 'submit_many', 'fail_attempt', 'define_operation')}),
 	'the updated proxy has the functions of a fresh 1.1');
-$proxy->safe_psql('postgres', "SELECT jobguard.configure_proxy($connstrs)");
+$proxy->safe_psql('postgres', "SELECT jobguard.configure_proxy($connstrs); CREATE USER MAPPING FOR CURRENT_USER SERVER jobguard_shards;");
 
 sub proxy { return $proxy->safe_psql('postgres', $_[0]); }
 
