@@ -315,7 +315,8 @@ batch_row_problem(const BatchColumn *columns, const int *max_chars, int ncolumns
  * submit() does (store_insert_jobs); only those that found a job under
  * their key go on as submit() would (submit_one: compare, key policy) — so
  * a later request with a key used earlier in the same call finds that
- * job: equal, a replay; different, JG001.  Arrays of unequal length refuse the whole call (22023).
+ * job: equal, a replay; different, JG001.  Arrays of unequal length refuse
+ * the whole call (22023).
  */
 Datum
 jobguard_submit_many(PG_FUNCTION_ARGS)
@@ -398,7 +399,7 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 	job_ids = palloc0(sizeof(int64) * Max(count, 1));
 	store_connect(&caller);
 
-	/* then every other request in one pass; those that found a job compare with it */
+	/* then every other request in one pass; those that found a job go on as submit() */
 	store_insert_jobs(scope, &batch, inserted, job_ids);
 	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "jobguard submit_many row",
 									ALLOCSET_DEFAULT_SIZES);

@@ -4,9 +4,10 @@ exception class per jobguard SQLSTATE and distinct job and attempt id types.
 Importing this package registers the exception classes with psycopg.
 """
 
-from .api import (Attempt, Job, JobState, AttemptState, Outcome, Seconds, Submitted,
-                  attempts, await_job, begin_attempt, cancel_attempt, cancel_job, fail,
-                  finish, job, job_state, mark_unknown, submit)
+from .api import (Attempt, Claimed, Job, JobState, AttemptState, Outcome, Request, Seconds,
+                  SubmitOutcome, Submitted, attempts, await_job, begin_attempt, cancel_attempt,
+                  cancel_job, claim, fail, finish, heartbeat, job, job_state, mark_unknown,
+                  submit, submit_many)
 from .errors import (BY_SQLSTATE, AttemptInFlight, AttemptNotFound, AttemptsExhausted,
                      IdempotencyKeyReused, InvalidParameterValue, InvalidTransition, JobClosed,
                      JobguardError, JobNotFound, NullValueNotAllowed, ProviderNotCertified,
@@ -20,6 +21,7 @@ __all__ = [
     "Outcome", "Seconds",
     "submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
     "cancel_job", "job_state", "job", "attempts", "await_job",
+    "Claimed", "SubmitOutcome", "Request", "claim", "heartbeat", "submit_many",
     "JobguardError", "IdempotencyKeyReused", "AttemptInFlight", "JobClosed",
     "ProviderNotCertified", "AttemptsExhausted", "InvalidTransition", "ResultMismatch",
     "JobNotFound", "AttemptNotFound", "NullValueNotAllowed", "InvalidParameterValue",

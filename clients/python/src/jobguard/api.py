@@ -24,6 +24,7 @@ __all__ = [
     "Submitted", "Job", "Attempt", "JobState", "AttemptState", "Outcome", "Seconds",
     "submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
     "cancel_job", "job_state", "job", "attempts", "await_job",
+    "Claimed", "SubmitOutcome", "Request", "claim", "heartbeat", "submit_many",
 ]
 
 JobState = Literal["pending", "running", "unknown", "succeeded", "failed", "cancelled"]
@@ -148,10 +149,13 @@ def finish(conn: Conn, attempt_id: AttemptId, result: Any) -> Outcome:
     return outcome
 
 
-def fail(conn: Conn, attempt_id: AttemptId, error: str) -> Literal["failed"]:
-    """Report that the attempt failed; the gate opens for the next one."""
-    state: Literal["failed"] = _value(conn, "SELECT jobguard.fail_attempt(%s, %s)",
-                                      (attempt_id, error))
+def fail(conn: Conn, attempt_id: AttemptId, error: str,
+         retry_in: Optional[Seconds] = None) -> Literal["failed"]:
+    """Report that the attempt failed; the gate opens for the next one.
+    ``claim`` begins it no sooner than ``retry_in`` from now (default: the
+    operation's retry backoff)."""
+    state: Literal["failed"] = _value(conn, "SELECT jobguard.fail_attempt(%s, %s, %s)",
+                                      (attempt_id, error, _interval(retry_in)))
     return state
 
 
@@ -202,20 +206,72 @@ def await_job(conn: Conn, job_id: JobId, timeout: Seconds) -> JobState:
 
 
 # ---------------------------------------------------------------------------
-# Version 1.1 (SPEC "Version 1.1"): NOT on the server yet, so not here yet.
-# Each is one statement through _rows()/_value(), like the functions above:
-#
-#   claim(conn, worker: str, operations: Sequence[str] | None = None,
-#         timeout: Seconds = 30, max_jobs: int = 1, provider: str | None = None,
-#         wait: Seconds = 0) -> list[Claimed]
-#       SELECT * FROM jobguard.claim(%s, %s, %s, %s, %s, %s)
-#       Claimed: attempt_id, job_id, attempt_no, operation, provider, params, deadline
-#   heartbeat(conn, attempt_id: AttemptId, extend_by: Seconds | None = None) -> datetime
-#       SELECT jobguard.heartbeat(%s, %s)
-#   fail(conn, attempt_id, error, retry_in: Seconds | None = None)
-#       SELECT jobguard.fail_attempt(%s, %s, %s)
-#   submit_many(conn, requests: Sequence[Request]) -> list[SubmitOutcome]
-#       SELECT * FROM jobguard.submit_many(%s, %s, %s, %s::jsonb[], %s, %s)
-#       SubmitOutcome: ord, job_id, created, sqlstate, message
-#       (a refused row carries sqlstate/message; map it with errors.BY_SQLSTATE)
+# The worker side (jobguard 1.1).
 # ---------------------------------------------------------------------------
+
+
+class Claimed(TypedDict):
+    """One row of ``jobguard.claim()``: an attempt begun for this worker."""
+
+    attempt_id: AttemptId
+    job_id: JobId
+    attempt_no: int
+    operation: str
+    provider: str
+    params: Any
+    deadline: datetime
+
+
+class SubmitOutcome(TypedDict):
+    """One row of ``jobguard.submit_many()``: created, replayed, or refused
+    (``sqlstate`` and ``message`` set; ``errors.BY_SQLSTATE`` names its class)."""
+
+    ord: int
+    job_id: Optional[JobId]
+    created: bool
+    sqlstate: Optional[str]
+    message: Optional[str]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of ``submit_many``: the arguments of ``submit``."""
+
+    owner_id: str
+    idempotency_key: str
+    operation: str
+    params: Any
+    provider: str
+    max_attempts: Optional[int] = None
+
+
+def claim(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
+          timeout: Seconds = 30, max_jobs: int = 1, provider: Optional[str] = None,
+          wait: Seconds = 0) -> List[Claimed]:
+    """Begin an attempt on each of up to ``max_jobs`` runnable jobs, oldest
+    first, and return them (none when nothing is runnable).  ``wait`` > 0
+    waits for work (READ COMMITTED or autocommit only)."""
+    return _rows(conn, "SELECT * FROM jobguard.claim(%s, %s, %s, %s, %s, %s)",
+                 (worker, None if operations is None else list(operations),
+                  _interval(timeout), max_jobs, provider,
+                  _interval(wait)))  # type: ignore[return-value]
+
+
+def heartbeat(conn: Conn, attempt_id: AttemptId, extend_by: Optional[Seconds] = None) -> datetime:
+    """Push back a started attempt's deadline (``extend_by``, default its
+    own timeout) and return the new deadline; ``InvalidTransition`` once the
+    deadline has passed."""
+    deadline: datetime = _value(conn, "SELECT jobguard.heartbeat(%s, %s)",
+                                (attempt_id, _interval(extend_by)))
+    return deadline
+
+
+def submit_many(conn: Conn, requests: Sequence[Request]) -> List[SubmitOutcome]:
+    """Submit many requests in one call; one row per request, in order."""
+    return _rows(conn,
+                 "SELECT * FROM jobguard.submit_many(%s::text[], %s::text[], %s::text[],"
+                 " %s::jsonb[], %s::text[], %s::integer[])",
+                 ([r.owner_id for r in requests], [r.idempotency_key for r in requests],
+                  [r.operation for r in requests], [_json(r.params) for r in requests],
+                  [r.provider for r in requests],
+                  [r.max_attempts for r in requests]))  # type: ignore[return-value]
