@@ -60,447 +60,6 @@
 #include "rows.h"
 
 /*
- * begin_statement: what starting a statement does for its reads: make this
- * transaction's earlier writes visible, and push the snapshot a statement
- * would take.  Pair with end_statement().
- */
-static Snapshot
-begin_statement(void)
-{
-	CommandCounterIncrement();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	return GetActiveSnapshot();
-}
-
-/* end_statement: pop the snapshot of begin_statement(). */
-static void
-end_statement(void)
-{
-	PopActiveSnapshot();
-}
-
-/*
- * fetch_by_key: the row of `heap` that `index` finds for the key values,
- * visible to snap, into slot; false if none.  The keys are the index's
- * first nkeys columns; each is compared with its type's equality under the
- * index's collation.  Backward direction returns the row with the highest
- * remaining index columns first.
- */
-static bool
-fetch_by_key(Relation heap, Oid indexoid, int nkeys, const Datum *values,
-			 const RegProcedure *procs, ScanDirection direction,
-			 Snapshot snap, TupleTableSlot *slot)
-{
-	Relation	index = index_open(indexoid, AccessShareLock);
-	ScanKeyData keys[3];
-	IndexScanDesc scan;
-	bool		found;
-
-	if (nkeys > (int) lengthof(keys))
-		elog(ERROR, "jobguard: index look-up with %d keys", nkeys);
-	for (int i = 0; i < nkeys; i++)
-		ScanKeyEntryInitialize(&keys[i], 0, i + 1, BTEqualStrategyNumber,
-							   InvalidOid, index->rd_indcollation[i],
-							   procs[i], values[i]);
-	scan = index_beginscan(heap, index, snap, nkeys, 0);
-	index_rescan(scan, keys, nkeys, NULL, 0);
-	found = index_getnext_slot(scan, direction, slot);
-	index_endscan(scan);
-	index_close(index, NoLock);
-	return found;
-}
-
-/* fetch_by_id: the row with bigint key `id` through a one-column index. */
-static bool
-fetch_by_id(Relation heap, Oid indexoid, int64 id, Snapshot snap,
-			TupleTableSlot *slot)
-{
-	Datum		value = Int64GetDatum(id);
-	RegProcedure proc = F_INT8EQ;
-
-	return fetch_by_key(heap, indexoid, 1, &value, &proc,
-						ForwardScanDirection, snap, slot);
-}
-
-/* col: a column of a fetched row, by attribute number. */
-static Datum
-col(TupleTableSlot *slot, AttrNumber att, bool *isnull)
-{
-	return slot_getattr(slot, att, isnull);
-}
-
-/* col_int64: a bigint column of a fetched row (0 when NULL). */
-static int64
-col_int64(TupleTableSlot *slot, AttrNumber att, bool *isnull)
-{
-	Datum		d = slot_getattr(slot, att, isnull);
-
-	return *isnull ? 0 : DatumGetInt64(d);
-}
-
-/* col_text: a text column of a fetched row as a C string, or NULL. */
-static char *
-col_text(TupleTableSlot *slot, AttrNumber att)
-{
-	bool		isnull;
-	Datum		d = slot_getattr(slot, att, &isnull);
-
-	return isnull ? NULL : TextDatumGetCString(d);
-}
-
-/* col_varlena_copy: a varlena column detoasted into our memory, or 0. */
-static Datum
-col_varlena_copy(TupleTableSlot *slot, AttrNumber att, bool *isnull)
-{
-	Datum		d = slot_getattr(slot, att, isnull);
-
-	if (*isnull)
-		return (Datum) 0;
-	return PointerGetDatum(pg_detoast_datum_copy((struct varlena *) DatumGetPointer(d)));
-}
-
-/*
- * A table opened for writing: its ResultRelInfo with the indexes open, an
- * EState to evaluate index predicates in (defaults and CHECK constraints
- * use their rules' own long-lived context), a slot for the row being
- * written (with which columns the call assigned) and one for rows read.
- */
-typedef struct RowWriter
-{
-	Relation	rel;
-	EState	   *estate;
-	ResultRelInfo *rri;
-	TupleTableSlot *new_row;
-	TupleTableSlot *old_row;
-	bool	   *assigned;
-	TableRules *rules;
-	CompiledRules defaults;		/* an insert's: compiled when opened */
-	CompiledRules checks;		/* compiled when the first row is checked */
-	bool		checks_ready;
-} RowWriter;
-
-/*
- * writer_open: open a table for the writes of one statement, an INSERT ...
- * ON CONFLICT (CMD_INSERT, speculative insertion ready) or an UPDATE, with
- * what the executor checks when it starts such a statement: that the
- * table may take it (CheckValidResultRel: an UPDATE of a table that
- * publishes updates needs a replica identity) and, for an insert, the
- * plan of the columns' defaults.
- */
-static void
-writer_open(RowWriter *w, Oid relid, TableRules *rules, CmdType cmd)
-{
-	MemoryContext old;
-
-	w->rel = table_open(relid, RowExclusiveLock);
-	/* rows_usable() checked the catalog under this lock: it cannot differ */
-	if (rules->natts != RelationGetDescr(w->rel)->natts)
-		elog(ERROR, "jobguard: cached description of \"%s\" is out of date",
-			 RelationGetRelationName(w->rel));
-	w->estate = CreateExecutorState();
-	old = MemoryContextSwitchTo(w->estate->es_query_cxt);
-	w->rri = makeNode(ResultRelInfo);
-	/* no range table: index inserts then treat all key columns as unchanged */
-	InitResultRelInfo(w->rri, w->rel, 0, NULL, 0);
-	CheckValidResultRel(w->rri, cmd);
-	ExecOpenIndices(w->rri, cmd == CMD_INSERT);
-	w->new_row = MakeSingleTupleTableSlot(RelationGetDescr(w->rel), &TTSOpsVirtual);
-	w->old_row = table_slot_create(w->rel, NULL);
-	w->assigned = palloc0(sizeof(bool) * rules->natts);
-	MemoryContextSwitchTo(old);
-	w->rules = rules;
-	w->checks_ready = false;
-	memset(&w->defaults, 0, sizeof(w->defaults));
-	if (cmd == CMD_INSERT)
-		rows_rules_defaults(rules, w->rel, w->estate, &w->defaults);
-}
-
-/* writer_close: release what writer_open() took (the lock stays). */
-static void
-writer_close(RowWriter *w)
-{
-	ExecDropSingleTupleTableSlot(w->old_row);
-	ExecDropSingleTupleTableSlot(w->new_row);
-	ExecCloseIndices(w->rri);
-	FreeExecutorState(w->estate);
-	table_close(w->rel, NoLock);
-}
-
-/* new_row_start: an empty row (all NULL, nothing assigned) in new_row. */
-static void
-new_row_start(RowWriter *w)
-{
-	TupleTableSlot *slot = w->new_row;
-
-	ExecClearTuple(slot);
-	for (int i = 0; i < w->rules->natts; i++)
-	{
-		slot->tts_values[i] = (Datum) 0;
-		slot->tts_isnull[i] = true;
-		w->assigned[i] = false;
-	}
-}
-
-/* set: assign one column of the row being built. */
-static void
-set(RowWriter *w, AttrNumber att, Datum value, bool isnull)
-{
-	w->new_row->tts_values[att - 1] = value;
-	w->new_row->tts_isnull[att - 1] = isnull;
-	w->assigned[att - 1] = true;
-}
-
-/*
- * new_row_defaults: the table's default for every column the insert did
- * not assign, as INSERT fills them in (the id from its sequence, version 1,
- * now(), and whatever a column's DEFAULT says).
- */
-static void
-new_row_defaults(RowWriter *w)
-{
-	ExprContext *econtext = w->defaults.econtext;
-	TupleDesc	desc = RelationGetDescr(w->rel);
-
-	for (int i = 0; i < w->rules->natts; i++)
-	{
-		ExprState  *state = w->defaults.state[i];
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-		bool		isnull;
-		Datum		value;
-
-		if (w->assigned[i] || state == NULL)
-			continue;
-		value = ExecEvalExpr(state, econtext, &isnull);
-		/* a by-reference value may point into the evaluation's memory,
-		 * reset below, or into the compiled constant: keep a copy */
-		set(w, i + 1, isnull ? (Datum) 0 :
-			datumCopy(value, att->attbyval, att->attlen), isnull);
-	}
-	ResetExprContext(econtext);
-}
-
-/*
- * new_row_from_old: the updated row starts as a copy of old_row (dropped
- * columns NULL, as UPDATE writes them); the caller then sets the changes.
- */
-static void
-new_row_from_old(RowWriter *w)
-{
-	TupleDesc	desc = RelationGetDescr(w->rel);
-
-	new_row_start(w);
-	slot_getallattrs(w->old_row);
-	for (int i = 0; i < w->rules->natts; i++)
-		if (!TupleDescAttr(desc, i)->attisdropped)
-		{
-			w->new_row->tts_values[i] = w->old_row->tts_values[i];
-			w->new_row->tts_isnull[i] = w->old_row->tts_isnull[i];
-		}
-}
-
-/*
- * check_row: the table's own rules on the row about to be written (stored
- * in new_row), in the executor's order and with its error codes and
- * messages: the domain of each column written (the domain's own error; an
- * UPDATE coerces only the columns it assigns), NOT NULL (23502), CHECK
- * constraints (23514).  (The executor's "Failing row contains" detail is
- * not repeated.)
- */
-static void
-check_row(RowWriter *w, bool is_update)
-{
-	TupleTableSlot *slot = w->new_row;
-	TupleDesc	desc = slot->tts_tupleDescriptor;
-	TableRules *rules = w->rules;
-	ExprContext *econtext;
-
-	/* a CHECK may read tableoid, which the executor sets first */
-	slot->tts_tableOid = RelationGetRelid(w->rel);
-	for (int i = 0; i < desc->natts; i++)
-		if (OidIsValid(rules->domain_type[i]) && (!is_update || w->assigned[i]))
-			domain_check(slot->tts_values[i], slot->tts_isnull[i],
-						 rules->domain_type[i], &rules->domain_cache[i],
-						 rules->cxt);
-	for (int i = 0; i < desc->natts; i++)
-	{
-		Form_pg_attribute att = TupleDescAttr(desc, i);
-
-		if (att->attnotnull && slot->tts_isnull[i])
-			ereport(ERROR,
-					(errcode(ERRCODE_NOT_NULL_VIOLATION),
-					 errmsg("null value in column \"%s\" of relation \"%s\" violates not-null constraint",
-							NameStr(att->attname), RelationGetRelationName(w->rel)),
-					 errtablecol(w->rel, i + 1)));
-	}
-	if (rules->ncheck == 0)
-		return;
-	if (!w->checks_ready)
-	{
-		rows_rules_checks(rules, w->rel, w->estate, &w->checks);
-		w->checks_ready = true;
-	}
-	econtext = w->checks.econtext;
-	econtext->ecxt_scantuple = slot;
-	for (int i = 0; i < rules->ncheck; i++)
-		if (!ExecCheck(w->checks.state[i], econtext))
-			ereport(ERROR,
-					(errcode(ERRCODE_CHECK_VIOLATION),
-					 errmsg("new row for relation \"%s\" violates check constraint \"%s\"",
-							RelationGetRelationName(w->rel), rules->check_name[i]),
-					 errtableconstraint(w->rel, rules->check_name[i])));
-	ResetExprContext(econtext);
-}
-
-/*
- * require_visible_conflict: under REPEATABLE READ and SERIALIZABLE, a
- * conflicting row this transaction cannot see is a serialization failure,
- * exactly as INSERT ... ON CONFLICT DO NOTHING reports it.
- */
-static void
-require_visible_conflict(RowWriter *w, ItemPointer tid, Snapshot snap)
-{
-	if (!IsolationUsesXactSnapshot())
-		return;
-	if (!table_tuple_fetch_row_version(w->rel, tid, SnapshotAny, w->old_row))
-		elog(ERROR, "jobguard: failed to fetch conflicting row");
-	if (!table_tuple_satisfies_snapshot(w->rel, w->old_row, snap))
-	{
-		bool		isnull;
-		TransactionId xmin = DatumGetTransactionId(slot_getsysattr(w->old_row,
-																   MinTransactionIdAttributeNumber,
-																   &isnull));
-
-		if (!TransactionIdIsCurrentTransactionId(xmin))
-			ereport(ERROR,
-					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-					 errmsg("could not serialize access due to concurrent update")));
-	}
-	ExecClearTuple(w->old_row);
-}
-
-/*
- * insert_unless_conflict: insert new_row unless it conflicts with a row of
- * an arbiter index (NIL: every unique index), the way INSERT ... ON
- * CONFLICT DO NOTHING does: check, insert speculatively, and start over if
- * a concurrent insert of the same key got in between.  Waits for an
- * uncommitted conflicting row to commit or roll back.  Returns false when
- * a committed row conflicts (nothing was written).
- */
-static bool
-insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap)
-{
-	new_row_defaults(w);
-	ExecStoreVirtualTuple(w->new_row);
-	check_row(w, false);
-	for (;;)
-	{
-		ItemPointerData conflict;
-		uint32		token;
-		bool		spec_conflict = false;
-
-		CHECK_FOR_INTERRUPTS();
-		if (!ExecCheckIndexConstraints(w->rri, w->new_row, w->estate,
-									   &conflict, arbiters))
-		{
-			require_visible_conflict(w, &conflict, snap);
-			return false;
-		}
-		/* as in SQL, only an insert takes a transaction id, not a replay */
-		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
-		table_tuple_insert_speculative(w->rel, w->new_row,
-									   GetCurrentCommandId(true), 0, NULL, token);
-		list_free(ExecInsertIndexTuples(w->rri, w->new_row, w->estate,
-										false, true, &spec_conflict, arbiters));
-		table_tuple_complete_speculative(w->rel, w->new_row, token, !spec_conflict);
-		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
-		if (!spec_conflict)
-			return true;
-	}
-}
-
-/* A condition a row must meet to be updated, and the change to make. */
-typedef bool (*RowCondition) (RowWriter *w, void *arg);
-typedef void (*RowChange) (RowWriter *w, void *arg);
-
-/*
- * update_if: UPDATE ... WHERE <key> AND <condition>, for the row that the
- * one-column bigint index finds for id.  The row visible to snap must meet
- * the condition; if it was changed concurrently, READ COMMITTED locks its
- * newest version and checks the condition again (as EvalPlanQual does),
- * the other isolation levels raise a serialization failure.  change()
- * builds the new row in new_row from old_row.  Returns true when updated.
- */
-static bool
-update_if(RowWriter *w, Oid indexoid, int64 id, Snapshot snap,
-		  RowCondition condition, RowChange change, void *arg)
-{
-	CommandId	cid = GetCurrentCommandId(true);
-	ItemPointerData tid;
-
-	if (!fetch_by_id(w->rel, indexoid, id, snap, w->old_row) || !condition(w, arg))
-		return false;
-	tid = w->old_row->tts_tid;
-	for (;;)
-	{
-		TM_FailureData tmfd;
-		LockTupleMode lockmode;
-		bool		update_indexes;
-		TM_Result	result;
-
-		new_row_from_old(w);
-		change(w, arg);
-		ExecStoreVirtualTuple(w->new_row);
-		check_row(w, true);
-
-		result = table_tuple_update(w->rel, &tid, w->new_row, cid, snap,
-									InvalidSnapshot, true, &tmfd,
-									&lockmode, &update_indexes);
-		switch (result)
-		{
-			case TM_Ok:
-				/* no key column ever changes here: index inserts get that hint */
-				if (update_indexes)
-					list_free(ExecInsertIndexTuples(w->rri, w->new_row, w->estate,
-													true, false, NULL, NIL));
-				return true;
-			case TM_Updated:
-				if (IsolationUsesXactSnapshot())
-					ereport(ERROR,
-							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-							 errmsg("could not serialize access due to concurrent update")));
-				result = table_tuple_lock(w->rel, &tid, snap, w->old_row, cid,
-										  lockmode, LockWaitBlock,
-										  TUPLE_LOCK_FLAG_FIND_LAST_VERSION, &tmfd);
-				if (result == TM_Deleted)
-					return false;
-				if (result != TM_Ok)
-					elog(ERROR, "jobguard: unexpected result %d locking a row of \"%s\"",
-						 (int) result, RelationGetRelationName(w->rel));
-				if (!condition(w, arg))
-					return false;
-				tid = w->old_row->tts_tid;
-				continue;
-			case TM_Deleted:
-				if (IsolationUsesXactSnapshot())
-					ereport(ERROR,
-							(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-							 errmsg("could not serialize access due to concurrent delete")));
-				return false;
-			default:
-				elog(ERROR, "jobguard: unexpected result %d updating a row of \"%s\"",
-					 (int) result, RelationGetRelationName(w->rel));
-		}
-	}
-}
-
-/* now_timestamp: now(), the start of the transaction, as SQL sees it. */
-static Datum
-now_timestamp(void)
-{
-	return TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-}
-
-/*
  * insert_job: store_insert_job() without SQL: INSERT ... ON CONFLICT
  * (scope, owner_id, idempotency_key) DO NOTHING.  As in SQL, the id is
  * drawn from the sequence before the conflict check, so a replay leaves a
@@ -514,24 +73,24 @@ insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->job_att;
 	RowWriter	w;
-	Snapshot	snap = begin_statement();
+	Snapshot	snap = rows_begin_statement();
 	bool		inserted;
 
-	writer_open(&w, cat->jobs, &cat->job_rules, CMD_INSERT);
-	new_row_start(&w);
-	set(&w, a[JOB_OWNER_ID], owner_id, false);
-	set(&w, a[JOB_IDEMPOTENCY_KEY], idempotency_key, false);
-	set(&w, a[JOB_OPERATION], operation, false);
-	set(&w, a[JOB_PARAMS], params, false);
-	set(&w, a[JOB_PROVIDER], provider, false);
-	set(&w, a[JOB_MAX_ATTEMPTS], max_attempts, max_attempts_null);
-	set(&w, a[JOB_SCOPE], scope, false);
+	rows_writer_open(&w, cat->jobs, &cat->job_rules, CMD_INSERT);
+	rows_new_row_start(&w);
+	rows_set(&w, a[JOB_OWNER_ID], owner_id, false);
+	rows_set(&w, a[JOB_IDEMPOTENCY_KEY], idempotency_key, false);
+	rows_set(&w, a[JOB_OPERATION], operation, false);
+	rows_set(&w, a[JOB_PARAMS], params, false);
+	rows_set(&w, a[JOB_PROVIDER], provider, false);
+	rows_set(&w, a[JOB_MAX_ATTEMPTS], max_attempts, max_attempts_null);
+	rows_set(&w, a[JOB_SCOPE], scope, false);
 	/* id, version and created_at: the columns' defaults, as in SQL */
-	inserted = insert_unless_conflict(&w, cat->jobs_arbiters, snap);
+	inserted = rows_insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 	if (inserted)
 		*job_id = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
-	writer_close(&w);
-	end_statement();
+	rows_writer_close(&w);
+	rows_end_statement();
 	return inserted;
 }
 
@@ -547,30 +106,30 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->job_att;
 	RowWriter	w;
-	Snapshot	snap = begin_statement();
+	Snapshot	snap = rows_begin_statement();
 
-	writer_open(&w, cat->jobs, &cat->job_rules, CMD_INSERT);
+	rows_writer_open(&w, cat->jobs, &cat->job_rules, CMD_INSERT);
 	for (int i = 0; i < batch->count; i++)
 	{
 		inserted[i] = false;
 		if (batch->skip[i])
 			continue;
 		CHECK_FOR_INTERRUPTS();
-		new_row_start(&w);
-		set(&w, a[JOB_OWNER_ID], batch->owner_ids[i], false);
-		set(&w, a[JOB_IDEMPOTENCY_KEY], batch->idempotency_keys[i], false);
-		set(&w, a[JOB_OPERATION], batch->operations[i], false);
-		set(&w, a[JOB_PARAMS], batch->params[i], false);
-		set(&w, a[JOB_PROVIDER], batch->providers[i], false);
-		set(&w, a[JOB_MAX_ATTEMPTS], batch->max_attempts[i], batch->max_attempts_null[i]);
-		set(&w, a[JOB_SCOPE], scope, false);
-		inserted[i] = insert_unless_conflict(&w, cat->jobs_arbiters, snap);
+		rows_new_row_start(&w);
+		rows_set(&w, a[JOB_OWNER_ID], batch->owner_ids[i], false);
+		rows_set(&w, a[JOB_IDEMPOTENCY_KEY], batch->idempotency_keys[i], false);
+		rows_set(&w, a[JOB_OPERATION], batch->operations[i], false);
+		rows_set(&w, a[JOB_PARAMS], batch->params[i], false);
+		rows_set(&w, a[JOB_PROVIDER], batch->providers[i], false);
+		rows_set(&w, a[JOB_MAX_ATTEMPTS], batch->max_attempts[i], batch->max_attempts_null[i]);
+		rows_set(&w, a[JOB_SCOPE], scope, false);
+		inserted[i] = rows_insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 		if (inserted[i])
 			job_ids[i] = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
 		ResetPerTupleExprContext(w.estate);
 	}
-	writer_close(&w);
-	end_statement();
+	rows_writer_close(&w);
+	rows_end_statement();
 }
 
 /*
@@ -584,37 +143,37 @@ match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 {
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->job_att;
-	Snapshot	snap = begin_statement();
+	Snapshot	snap = rows_begin_statement();
 	Relation	jobs = table_open(cat->jobs, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(jobs, NULL);
 	Datum		key[3] = {scope, owner_id, idempotency_key};
 	RegProcedure procs[3] = {F_TEXTEQ, F_TEXTEQ, F_TEXTEQ};
 	bool		found;
 
-	found = fetch_by_key(jobs, cat->jobs_owner_key, 3, key, procs,
+	found = rows_fetch_by_key(jobs, cat->jobs_owner_key, 3, key, procs,
 						 ForwardScanDirection, snap, slot);
 	if (found)
 	{
 		bool		isnull;
 		Datum		stored_max;
 
-		match->job_id = col_int64(slot, a[JOB_ID], &isnull);
+		match->job_id = rows_col_int64(slot, a[JOB_ID], &isnull);
 		match->same_operation = DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
-																	 col(slot, a[JOB_OPERATION], &isnull),
+																	 rows_col(slot, a[JOB_OPERATION], &isnull),
 																	 operation));
 		match->same_params = DatumGetBool(DirectFunctionCall2(jsonb_eq,
-															  col(slot, a[JOB_PARAMS], &isnull),
+															  rows_col(slot, a[JOB_PARAMS], &isnull),
 															  params));
 		match->same_provider = DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
-																	col(slot, a[JOB_PROVIDER], &isnull),
+																	rows_col(slot, a[JOB_PROVIDER], &isnull),
 																	provider));
-		stored_max = col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
+		stored_max = rows_col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
 		match->same_max_attempts = isnull ? max_attempts_null :
 			(!max_attempts_null && DatumGetInt32(stored_max) == DatumGetInt32(max_attempts));
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(jobs, NoLock);
-	end_statement();
+	rows_end_statement();
 	return found;
 }
 
@@ -627,7 +186,7 @@ in_scope(RowsCatalog *cat, TupleTableSlot *slot, const char *scope)
 {
 	if (scope == NULL)
 		return true;
-	return strcmp(col_text(slot, cat->job_att[JOB_SCOPE]), scope) == 0;
+	return strcmp(rows_col_text(slot, cat->job_att[JOB_SCOPE]), scope) == 0;
 }
 
 /*
@@ -642,19 +201,19 @@ read_job(RowsCatalog *cat, Relation jobs, int64 job_id, const char *scope,
 	bool		isnull;
 	Datum		d;
 
-	if (!fetch_by_id(jobs, cat->jobs_pkey, job_id, snap, slot) ||
+	if (!rows_fetch_by_id(jobs, cat->jobs_pkey, job_id, snap, slot) ||
 		!in_scope(cat, slot, scope))
 		return false;
 	job->id = job_id;
-	job->operation = col_text(slot, a[JOB_OPERATION]);
-	job->provider = col_text(slot, a[JOB_PROVIDER]);
-	d = col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
+	job->operation = rows_col_text(slot, a[JOB_OPERATION]);
+	job->provider = rows_col_text(slot, a[JOB_PROVIDER]);
+	d = rows_col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
 	job->has_max_attempts = !isnull;
 	job->max_attempts = isnull ? 0 : DatumGetInt32(d);
-	job->version = col_int64(slot, a[JOB_VERSION], &isnull);
-	job->completed_by = col_int64(slot, a[JOB_COMPLETED_BY], &isnull);
+	job->version = rows_col_int64(slot, a[JOB_VERSION], &isnull);
+	job->completed_by = rows_col_int64(slot, a[JOB_COMPLETED_BY], &isnull);
 	job->completed = !isnull;
-	(void) col(slot, a[JOB_CANCELLED_AT], &isnull);
+	(void) rows_col(slot, a[JOB_CANCELLED_AT], &isnull);
 	job->cancelled = !isnull;
 	return true;
 }
@@ -670,15 +229,15 @@ read_attempt(RowsCatalog *cat, TupleTableSlot *slot, AttemptRow *attempt)
 	const AttrNumber *a = cat->attempt_att;
 	bool		isnull;
 
-	attempt->id = col_int64(slot, a[ATT_ID], &isnull);
-	attempt->job_id = col_int64(slot, a[ATT_JOB_ID], &isnull);
-	attempt->attempt_no = DatumGetInt32(col(slot, a[ATT_ATTEMPT_NO], &isnull));
-	attempt->provider = col_text(slot, a[ATT_PROVIDER]);
-	attempt->stored_state = attempt_state_from_name(col_text(slot, a[ATT_STATE]));
-	attempt->read_version = col_int64(slot, a[ATT_READ_VERSION], &isnull);
-	attempt->deadline = DatumGetTimestampTz(col(slot, a[ATT_DEADLINE], &isnull));
-	attempt->attempt_key = col_text(slot, a[ATT_ATTEMPT_KEY]);
-	attempt->lost_result = col_varlena_copy(slot, a[ATT_LOST_RESULT], &isnull);
+	attempt->id = rows_col_int64(slot, a[ATT_ID], &isnull);
+	attempt->job_id = rows_col_int64(slot, a[ATT_JOB_ID], &isnull);
+	attempt->attempt_no = DatumGetInt32(rows_col(slot, a[ATT_ATTEMPT_NO], &isnull));
+	attempt->provider = rows_col_text(slot, a[ATT_PROVIDER]);
+	attempt->stored_state = attempt_state_from_name(rows_col_text(slot, a[ATT_STATE]));
+	attempt->read_version = rows_col_int64(slot, a[ATT_READ_VERSION], &isnull);
+	attempt->deadline = DatumGetTimestampTz(rows_col(slot, a[ATT_DEADLINE], &isnull));
+	attempt->attempt_key = rows_col_text(slot, a[ATT_ATTEMPT_KEY]);
+	attempt->lost_result = rows_col_varlena_copy(slot, a[ATT_LOST_RESULT], &isnull);
 	attempt->state = attempt->stored_state;
 	if (attempt->stored_state == ATTEMPT_STARTED &&
 		attempt->deadline <= GetCurrentTransactionStartTimestamp())
@@ -697,10 +256,10 @@ is_certified(RowsCatalog *cat, const char *operation, const char *provider,
 	bool		certified = false;
 	bool		isnull;
 
-	if (fetch_by_key(certs, cat->certifications_pkey, 2, key, procs,
+	if (rows_fetch_by_key(certs, cat->certifications_pkey, 2, key, procs,
 					 ForwardScanDirection, snap, slot))
 	{
-		(void) col(slot, cat->cert_att[CERT_REVOKED_AT], &isnull);
+		(void) rows_col(slot, cat->cert_att[CERT_REVOKED_AT], &isnull);
 		certified = isnull;
 	}
 	ExecDropSingleTupleTableSlot(slot);
@@ -763,7 +322,7 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 {
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->attempt_att;
-	Snapshot	snap = begin_statement();
+	Snapshot	snap = rows_begin_statement();
 	Relation	jobs = table_open(cat->jobs, RowShareLock);
 	TupleTableSlot *job_slot = table_slot_create(jobs, NULL);
 	RowWriter	w;
@@ -772,7 +331,7 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 	bool		open = true;
 	int64		id = 0;
 
-	writer_open(&w, cat->attempts, &cat->attempt_rules, CMD_INSERT);
+	rows_writer_open(&w, cat->attempts, &cat->attempt_rules, CMD_INSERT);
 	if (read_job(cat, jobs, job_id, scope, snap, job_slot, &job) &&
 		!job.completed && !job.cancelled)
 	{
@@ -781,13 +340,13 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 		const char *wanted = provider_null ? NULL : TextDatumGetCString(provider);
 
 		open = false;
-		if (fetch_by_key(w.rel, cat->attempts_job_attempt_no, 1, &key, &proc,
+		if (rows_fetch_by_key(w.rel, cat->attempts_job_attempt_no, 1, &key, &proc,
 						 BackwardScanDirection, snap, w.old_row))
 		{
 			bool		isnull;
-			AttemptState last_state = attempt_state_from_name(col_text(w.old_row, a[ATT_STATE]));
+			AttemptState last_state = attempt_state_from_name(rows_col_text(w.old_row, a[ATT_STATE]));
 
-			last_no = DatumGetInt32(col(w.old_row, a[ATT_ATTEMPT_NO], &isnull));
+			last_no = DatumGetInt32(rows_col(w.old_row, a[ATT_ATTEMPT_NO], &isnull));
 			open = attempt_state_is_open(last_state);
 		}
 		if (!open &&
@@ -796,28 +355,28 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 			 is_certified(cat, job.operation, wanted, snap)) &&
 			lock_job_for_key_share(jobs, job_slot, snap))
 		{
-			Datum		now = now_timestamp();
+			Datum		now = rows_now();
 
-			new_row_start(&w);
-			set(&w, a[ATT_JOB_ID], Int64GetDatum(job_id), false);
-			set(&w, a[ATT_ATTEMPT_NO], Int32GetDatum(last_no + 1), false);
-			set(&w, a[ATT_PROVIDER], provider_null ? CStringGetTextDatum(job.provider) : provider, false);
-			set(&w, a[ATT_STATE], CStringGetTextDatum(attempt_state_name(ATTEMPT_STARTED)), false);
-			set(&w, a[ATT_READ_VERSION], Int64GetDatum(job.version), false);
-			set(&w, a[ATT_ATTEMPT_KEY], attempt_key, attempt_key_null);
-			set(&w, a[ATT_STARTED_AT], now, false);
-			set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, timeout), false);
-			set(&w, a[ATT_WORKER], worker, worker_null);
-			set(&w, a[ATT_TIMEOUT], timeout, false);
+			rows_new_row_start(&w);
+			rows_set(&w, a[ATT_JOB_ID], Int64GetDatum(job_id), false);
+			rows_set(&w, a[ATT_ATTEMPT_NO], Int32GetDatum(last_no + 1), false);
+			rows_set(&w, a[ATT_PROVIDER], provider_null ? CStringGetTextDatum(job.provider) : provider, false);
+			rows_set(&w, a[ATT_STATE], CStringGetTextDatum(attempt_state_name(ATTEMPT_STARTED)), false);
+			rows_set(&w, a[ATT_READ_VERSION], Int64GetDatum(job.version), false);
+			rows_set(&w, a[ATT_ATTEMPT_KEY], attempt_key, attempt_key_null);
+			rows_set(&w, a[ATT_STARTED_AT], now, false);
+			rows_set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, timeout), false);
+			rows_set(&w, a[ATT_WORKER], worker, worker_null);
+			rows_set(&w, a[ATT_TIMEOUT], timeout, false);
 			/* id: the column's default, as in SQL */
-			if (insert_unless_conflict(&w, NIL, snap))
+			if (rows_insert_unless_conflict(&w, NIL, snap))
 				id = DatumGetInt64(w.new_row->tts_values[a[ATT_ID] - 1]);
 		}
 	}
-	writer_close(&w);
+	rows_writer_close(&w);
 	ExecDropSingleTupleTableSlot(job_slot);
 	table_close(jobs, NoLock);
-	end_statement();
+	rows_end_statement();
 	return id;
 }
 
@@ -829,7 +388,7 @@ static bool
 read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt, FinishJob *job)
 {
 	RowsCatalog *cat = rows_active_catalog();
-	Snapshot	snap = begin_statement();
+	Snapshot	snap = rows_begin_statement();
 	Relation	attempts = table_open(cat->attempts, AccessShareLock);
 	Relation	jobs = table_open(cat->jobs, AccessShareLock);
 	Relation	operations = table_open(cat->operations, AccessShareLock);
@@ -839,22 +398,22 @@ read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt, Finish
 	bool		found;
 	bool		isnull;
 
-	found = fetch_by_id(attempts, cat->attempts_pkey, attempt_id, snap, attempt_slot);
+	found = rows_fetch_by_id(attempts, cat->attempts_pkey, attempt_id, snap, attempt_slot);
 	if (found)
 	{
 		read_attempt(cat, attempt_slot, attempt);
 		/* the foreign key keeps the job; its row is there */
-		if (!fetch_by_id(jobs, cat->jobs_pkey, attempt->job_id, snap, job_slot))
+		if (!rows_fetch_by_id(jobs, cat->jobs_pkey, attempt->job_id, snap, job_slot))
 			elog(ERROR, "jobguard: job %lld of attempt %lld not found",
 				 (long long) attempt->job_id, (long long) attempt_id);
 		found = in_scope(cat, job_slot, scope);
 	}
 	if (found)
 	{
-		job->operation = col_text(job_slot, cat->job_att[JOB_OPERATION]);
-		job->completed_by = col_int64(job_slot, cat->job_att[JOB_COMPLETED_BY], &isnull);
+		job->operation = rows_col_text(job_slot, cat->job_att[JOB_OPERATION]);
+		job->completed_by = rows_col_int64(job_slot, cat->job_att[JOB_COMPLETED_BY], &isnull);
 		job->completed = !isnull;
-		job->result = col_varlena_copy(job_slot, cat->job_att[JOB_RESULT], &isnull);
+		job->result = rows_col_varlena_copy(job_slot, cat->job_att[JOB_RESULT], &isnull);
 		job->has_contract = false;
 		job->contract_version = 0;
 		job->contract = (Datum) 0;
@@ -862,12 +421,12 @@ read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt, Finish
 			Datum		key = CStringGetTextDatum(job->operation);
 			RegProcedure proc = F_TEXTEQ;
 
-			if (fetch_by_key(operations, cat->operations_pkey, 1, &key, &proc,
+			if (rows_fetch_by_key(operations, cat->operations_pkey, 1, &key, &proc,
 							 ForwardScanDirection, snap, op_slot))
 			{
 				job->has_contract = true;
-				job->contract_version = col_int64(op_slot, cat->op_att[OP_CONTRACT_VERSION], &isnull);
-				job->contract = col_varlena_copy(op_slot, cat->op_att[OP_OUTPUT_CONTRACT], &isnull);
+				job->contract_version = rows_col_int64(op_slot, cat->op_att[OP_CONTRACT_VERSION], &isnull);
+				job->contract = rows_col_varlena_copy(op_slot, cat->op_att[OP_OUTPUT_CONTRACT], &isnull);
 			}
 		}
 	}
@@ -877,7 +436,7 @@ read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt, Finish
 	table_close(operations, NoLock);
 	table_close(jobs, NoLock);
 	table_close(attempts, NoLock);
-	end_statement();
+	rows_end_statement();
 	return found;
 }
 
@@ -896,7 +455,7 @@ claim_condition(RowWriter *w, void *arg)
 {
 	ClaimArgs  *c = arg;
 
-	return attempt_state_from_name(col_text(w->old_row, c->cat->attempt_att[ATT_STATE])) ==
+	return attempt_state_from_name(rows_col_text(w->old_row, c->cat->attempt_att[ATT_STATE])) ==
 		c->attempt->stored_state;
 }
 
@@ -906,9 +465,9 @@ claim_change(RowWriter *w, void *arg)
 {
 	ClaimArgs  *c = arg;
 
-	set(w, c->cat->attempt_att[ATT_STATE],
+	rows_set(w, c->cat->attempt_att[ATT_STATE],
 		CStringGetTextDatum(attempt_state_name(ATTEMPT_SUCCEEDED)), false);
-	set(w, c->cat->attempt_att[ATT_FINISHED_AT], c->now, false);
+	rows_set(w, c->cat->attempt_att[ATT_FINISHED_AT], c->now, false);
 }
 
 /*
@@ -921,9 +480,9 @@ swap_condition(RowWriter *w, void *arg)
 	ClaimArgs  *c = arg;
 	bool		version_null;
 	bool		completed_null;
-	int64		version = col_int64(w->old_row, c->cat->job_att[JOB_VERSION], &version_null);
+	int64		version = rows_col_int64(w->old_row, c->cat->job_att[JOB_VERSION], &version_null);
 
-	(void) col(w->old_row, c->cat->job_att[JOB_COMPLETED_BY], &completed_null);
+	(void) rows_col(w->old_row, c->cat->job_att[JOB_COMPLETED_BY], &completed_null);
 	return !version_null && version == c->attempt->read_version && completed_null;
 }
 
@@ -934,12 +493,12 @@ swap_change(RowWriter *w, void *arg)
 	ClaimArgs  *c = arg;
 	const AttrNumber *a = c->cat->job_att;
 	bool		isnull;
-	int64		version = col_int64(w->old_row, a[JOB_VERSION], &isnull);
+	int64		version = rows_col_int64(w->old_row, a[JOB_VERSION], &isnull);
 
-	set(w, a[JOB_RESULT], c->result, false);
-	set(w, a[JOB_COMPLETED_BY], Int64GetDatum(c->attempt->id), false);
-	set(w, a[JOB_COMPLETED_AT], c->now, false);
-	set(w, a[JOB_VERSION], Int64GetDatum(version + 1), false);
+	rows_set(w, a[JOB_RESULT], c->result, false);
+	rows_set(w, a[JOB_COMPLETED_BY], Int64GetDatum(c->attempt->id), false);
+	rows_set(w, a[JOB_COMPLETED_AT], c->now, false);
+	rows_set(w, a[JOB_VERSION], Int64GetDatum(version + 1), false);
 }
 
 /*
@@ -953,26 +512,26 @@ static ClaimOutcome
 claim_and_swap(const AttemptRow *attempt, Datum result)
 {
 	RowsCatalog *cat = rows_active_catalog();
-	Snapshot	snap = begin_statement();
-	ClaimArgs	args = {cat, attempt, result, now_timestamp()};
+	Snapshot	snap = rows_begin_statement();
+	ClaimArgs	args = {cat, attempt, result, rows_now()};
 	RowWriter	claim;
 	RowWriter	swap;
 	ClaimOutcome outcome = CLAIM_CHANGED;
 
 	/* one statement updating both tables: both are checked before either */
-	writer_open(&claim, cat->attempts, &cat->attempt_rules, CMD_UPDATE);
-	writer_open(&swap, cat->jobs, &cat->job_rules, CMD_UPDATE);
-	if (update_if(&claim, cat->attempts_pkey, attempt->id, snap,
+	rows_writer_open(&claim, cat->attempts, &cat->attempt_rules, CMD_UPDATE);
+	rows_writer_open(&swap, cat->jobs, &cat->job_rules, CMD_UPDATE);
+	if (rows_update_if(&claim, cat->attempts_pkey, attempt->id, snap,
 				  claim_condition, claim_change, &args))
 	{
 		outcome = CLAIM_LOST;
-		if (update_if(&swap, cat->jobs_pkey, attempt->job_id, snap,
+		if (rows_update_if(&swap, cat->jobs_pkey, attempt->job_id, snap,
 					  swap_condition, swap_change, &args))
 			outcome = CLAIM_WON;
 	}
-	writer_close(&swap);
-	writer_close(&claim);
-	end_statement();
+	rows_writer_close(&swap);
+	rows_writer_close(&claim);
+	rows_end_statement();
 	return outcome;
 }
 

@@ -1,9 +1,10 @@
 /*-------------------------------------------------------------------------
  *
  * rows.h
- *	  What the two files of the fast path share: src/rows_catalog.c knows
- *	  jobguard's tables (and when that knowledge is stale), src/rows.c reads
- *	  and writes their rows with it.
+ *	  What the files of the fast path share: src/rows_catalog.c knows
+ *	  jobguard's tables (and when that knowledge is stale) and compiles
+ *	  their rules, src/rows_write.c reads and writes rows with them, and
+ *	  src/rows.c builds submit's, begin's and finish's calls from that.
  *
  *-------------------------------------------------------------------------
  */
@@ -173,5 +174,51 @@ extern void rows_rules_defaults(TableRules *rules, Relation rel, EState *estate,
 								CompiledRules *out);
 extern void rows_rules_checks(TableRules *rules, Relation rel, EState *estate,
 							  CompiledRules *out);
+
+
+/*
+ * A table opened for writing: its ResultRelInfo with the indexes open, an
+ * EState to evaluate index predicates in (defaults and CHECK constraints
+ * use their rules' own long-lived context), a slot for the row being
+ * written (with which columns the call assigned) and one for rows read.
+ */
+typedef struct RowWriter
+{
+	Relation	rel;
+	EState	   *estate;
+	ResultRelInfo *rri;
+	TupleTableSlot *new_row;
+	TupleTableSlot *old_row;
+	bool	   *assigned;
+	TableRules *rules;
+	CompiledRules defaults;		/* an insert's: compiled when opened */
+	CompiledRules checks;		/* compiled when the first row is checked */
+	bool		checks_ready;
+} RowWriter;
+
+/* A condition a row must meet to be updated, and the change to make. */
+typedef bool (*RowCondition) (RowWriter *w, void *arg);
+typedef void (*RowChange) (RowWriter *w, void *arg);
+
+/* rows_write.c: the primitives rows.c builds its calls from */
+extern Snapshot rows_begin_statement(void);
+extern void rows_end_statement(void);
+extern bool rows_fetch_by_key(Relation heap, Oid indexoid, int nkeys, const Datum *values,
+							  const RegProcedure *procs, ScanDirection direction,
+							  Snapshot snap, TupleTableSlot *slot);
+extern bool rows_fetch_by_id(Relation heap, Oid indexoid, int64 id, Snapshot snap,
+							 TupleTableSlot *slot);
+extern Datum rows_col(TupleTableSlot *slot, AttrNumber att, bool *isnull);
+extern int64 rows_col_int64(TupleTableSlot *slot, AttrNumber att, bool *isnull);
+extern char *rows_col_text(TupleTableSlot *slot, AttrNumber att);
+extern Datum rows_col_varlena_copy(TupleTableSlot *slot, AttrNumber att, bool *isnull);
+extern void rows_writer_open(RowWriter *w, Oid relid, TableRules *rules, CmdType cmd);
+extern void rows_writer_close(RowWriter *w);
+extern void rows_new_row_start(RowWriter *w);
+extern void rows_set(RowWriter *w, AttrNumber att, Datum value, bool isnull);
+extern bool rows_insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap);
+extern bool rows_update_if(RowWriter *w, Oid indexoid, int64 id, Snapshot snap,
+						   RowCondition condition, RowChange change, void *arg);
+extern Datum rows_now(void);
 
 #endif							/* JOBGUARD_ROWS_H */
