@@ -200,6 +200,12 @@ typedef struct RowWriter
 typedef bool (*RowCondition) (RowWriter *w, void *arg);
 typedef void (*RowChange) (RowWriter *w, void *arg);
 
+/* rows_rules.c: the tables' rules, compiled */
+extern void rows_compile_rules(Relation rel, TableRules *rules);
+
+/* rows_catalog.c: what a kept rule depends on */
+extern void rows_catalog_depends_on(List *relids, List *items);
+
 /* rows_write.c: the primitives rows.c builds its calls from */
 extern Snapshot rows_begin_statement(void);
 extern void rows_end_statement(void);
