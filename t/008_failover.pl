@@ -245,6 +245,26 @@ sub start_await
 		'>', \$result->{out}, '2>', \$result->{err}, IPC::Run::timeout(150));
 }
 
+# start_claim: jobguard.claim() waiting for a job of an operation nobody
+# submits yet, in a background psql; prints how many jobs it claimed.
+sub start_claim
+{
+	my ($conninfo, $result) = @_;
+	$result->{out} = '';
+	$result->{err} = '';
+	return IPC::Run::start(
+		[ "$bindir/psql", '-X', '-At', '-d', "$conninfo application_name=jg_claim",
+			'-c', q{SELECT count(*) FROM jobguard.claim('ha-claimer', ARRAY['ha_claim'], wait => '120 s')} ],
+		'>', \$result->{out}, '2>', \$result->{err}, IPC::Run::timeout(150));
+}
+
+my %claim1;
+my $claimer1 = start_claim($rw, \%claim1);
+ok(wait_until(30, sub {
+	sql($port{node1}, q{SELECT count(*) FROM pg_stat_activity
+	                     WHERE application_name = 'jg_claim' AND state = 'active'}) eq '1' }),
+	'a claim waits for work on the primary');
+
 my ($await_job1, $await_attempt1) = open_job($port{node1}, 'await-1', '5 minutes');
 my ($await_job2, $await_attempt2) = open_job($port{node1}, 'await-2', '5 minutes');
 my (%await1, %await2);
@@ -365,6 +385,28 @@ $waiter2->finish;
 chomp $await2{out};
 is($await2{out}, 'succeeded', 'the waiter on the standby kept waiting through the promotion and got it')
   or diag($await2{err});
+
+#
+# claim(wait) across the failover: the waiter on the killed primary gets an
+# error it can retry, never a wrong answer; retried, it waits on the new
+# primary and claims the job submitted there.
+#
+ok(!$claimer1->finish, 'the claim waiting on the killed primary got an error');
+like($claim1{err}, qr/server closed the connection|connection to server was lost|terminating connection/,
+	'an error that says the connection was lost (retry it)');
+is($claim1{out}, '', 'and no answer');
+my %claim2;
+my $claimer2 = start_claim($rw, \%claim2);
+ok(wait_until(30, sub {
+	sql($port{node2}, q{SELECT count(*) FROM pg_stat_activity
+	                     WHERE application_name = 'jg_claim' AND state = 'active'}) eq '1' }),
+	'the retried claim waits on the new primary');
+my $claim_job = sql($port{node2}, q{SELECT job_id FROM jobguard.submit('ha', 'claim-1', 'ha_claim', '{}', 'stripe')});
+$claimer2->finish;
+chomp $claim2{out};
+is($claim2{out}, '1', 'the retried claim takes the job submitted after the failover') or diag($claim2{err});
+is(sql($port{node2}, qq{SELECT jobguard.job_state($claim_job) || ' ' || (SELECT worker FROM jobguard.attempt_overview WHERE job_id = $claim_job)}),
+	'running ha-claimer', 'as one started attempt of that worker');
 
 #
 # What the clients were told, and what the nodes must hold.
