@@ -338,3 +338,17 @@ SELECT count(*) AS violations FROM jobguard.check_invariants();
 SELECT jobguard.revoke_client(r::regrole) FROM unnest(ARRAY['regress_jg_wk_shop', 'regress_jg_wk_blog']) r;
 DROP ROLE regress_jg_wk_shop, regress_jg_wk_blog;
 DROP FUNCTION public.jg_wk_error_of(text);
+
+-- a claim that waited for work begins its attempt when the work came, not
+-- when its transaction started: the deadline is a whole timeout away
+CREATE EXTENSION IF NOT EXISTS dblink;
+SELECT dblink_connect('waiter', 'dbname=' || current_database());
+SELECT dblink_send_query('waiter', $$
+	SELECT c.deadline > clock_timestamp() AS deadline_ahead,
+		   c.deadline - now() > interval '1 second' AS later_than_the_transaction
+	  FROM jobguard.claim('late-worker', ARRAY['late_op'], timeout => '1 second',
+						  wait => '30 seconds') c$$);
+SELECT pg_sleep(1.5);
+SELECT created FROM jobguard.submit('olga', 'late-1', 'late_op', '{}', 'p');
+SELECT * FROM dblink_get_result('waiter') AS t(deadline_ahead boolean, later_than_the_transaction boolean);
+SELECT dblink_disconnect('waiter');

@@ -151,7 +151,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 		if (tries > MAX_TRIES)
 			report_retries_exhausted("begin an attempt of job", job_id);
 		attempt_id = store_begin_attempt(job_id, scope, provider_arg, provider_null, timeout,
-										 attempt_key, attempt_key_null, (Datum) 0, true);
+										 attempt_key, attempt_key_null, (Datum) 0, true, 0);
 		if (attempt_id == 0)
 			attempt_id = refused_begin(job_id, scope, userid,
 									   provider_null ? NULL : TextDatumGetCString(provider_arg),

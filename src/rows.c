@@ -318,7 +318,7 @@ lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
 static int64
 begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 			  Datum timeout, Datum attempt_key, bool attempt_key_null,
-			  Datum worker, bool worker_null)
+			  Datum worker, bool worker_null, TimestampTz started_at)
 {
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->attempt_att;
@@ -355,7 +355,7 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 			 is_certified(cat, job.operation, wanted, snap)) &&
 			lock_job_for_key_share(jobs, job_slot, snap))
 		{
-			Datum		now = rows_now();
+			Datum		now = started_at != 0 ? TimestampTzGetDatum(started_at) : rows_now();
 
 			rows_new_row_start(&w);
 			rows_set(&w, a[ATT_JOB_ID], Int64GetDatum(job_id), false);
@@ -592,12 +592,13 @@ rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operati
 int64
 rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 				   Datum timeout, Datum attempt_key, bool attempt_key_null,
-				   Datum worker, bool worker_null)
+				   Datum worker, bool worker_null, TimestampTz started_at)
 {
 	volatile int64 id = 0;
 
 	ROWS_GUARDED(id = begin_attempt(job_id, scope, provider, provider_null, timeout,
-									attempt_key, attempt_key_null, worker, worker_null));
+									attempt_key, attempt_key_null, worker, worker_null,
+									started_at));
 	return id;
 }
 

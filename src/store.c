@@ -293,24 +293,27 @@ store_last_attempt(int64 job_id, AttemptRow *attempt)
  * store_begin_attempt: begin the job's next attempt if the gate lets it
  * (see STMT_BEGIN_ATTEMPT in store_sql.c); provider NULL means the job's
  * own.  Only a job of the scope (NULL: any).  worker: who claimed it (NULL
- * for an explicit begin).  Returns the new attempt's
- * id, or 0 when refused (or no such job).
+ * for an explicit begin).  started_at: when it begins, 0 for now() (a
+ * claim that waited for work begins when the work came, not when its
+ * transaction started, so that its deadline is a whole timeout away).
+ * Returns the new attempt's id, or 0 when refused (or no such job).
  */
 int64
 store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 					Datum timeout, Datum attempt_key, bool attempt_key_null,
-					Datum worker, bool worker_null)
+					Datum worker, bool worker_null, TimestampTz started_at)
 {
-	Datum		values[6] = {Int64GetDatum(job_id), provider, attempt_key, timeout,
-	(Datum) 0, worker};
-	char		nulls[6] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' ', ' ',
-	worker_null ? 'n' : ' '};
+	Datum		values[7] = {Int64GetDatum(job_id), provider, attempt_key, timeout,
+	(Datum) 0, worker, TimestampTzGetDatum(started_at)};
+	char		nulls[7] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' ', ' ',
+	worker_null ? 'n' : ' ', started_at == 0 ? 'n' : ' '};
 	bool		isnull;
 
 	values[4] = scope_datum(scope, &nulls[4]);
 	if (rows_usable(ROWS_BEGIN))
 		return rows_begin_attempt(job_id, scope, provider, provider_null, timeout,
-								  attempt_key, attempt_key_null, worker, worker_null);
+								  attempt_key, attempt_key_null, worker, worker_null,
+								  started_at);
 	if (sql_run(STMT_BEGIN_ATTEMPT, values, nulls) == 0)
 		return 0;
 	return sql_column_int64(1, &isnull);

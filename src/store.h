@@ -53,7 +53,8 @@ extern bool store_lock_job(int64 job_id, const char *scope, JobRow *job);
 extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
 extern int64 store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 								 Datum timeout, Datum attempt_key,
-								 bool attempt_key_null, Datum worker, bool worker_null);
+								 bool attempt_key_null, Datum worker, bool worker_null,
+								 TimestampTz started_at);
 extern bool store_provider_certified(const char *operation, const char *provider);
 extern bool store_lock_attempt(int64 attempt_id, const char *scope,
 							   AttemptRow *attempt);
@@ -125,7 +126,8 @@ extern bool rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 						   SubmitMatch *match);
 extern int64 rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 								Datum timeout, Datum attempt_key,
-								bool attempt_key_null, Datum worker, bool worker_null);
+								bool attempt_key_null, Datum worker, bool worker_null,
+								TimestampTz started_at);
 extern bool rows_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
 								 FinishJob *job);
 extern ClaimOutcome rows_claim_and_swap(const AttemptRow *attempt, Datum result);

@@ -174,7 +174,8 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  started_at, deadline, worker, timeout)"
 		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
 		"  COALESCE($2, j.provider), 'started', j.version, $3,"
-		"  pg_catalog.now(), pg_catalog.now() OPERATOR(pg_catalog.+) $4, $6, $4"
+		"  COALESCE($7, pg_catalog.now()),"
+		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4"
 		" FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
@@ -194,7 +195,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"    AND c.revoked_at IS NULL))"
 		" ON CONFLICT DO NOTHING"
 		" RETURNING a.id",
-		6, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID},
+		7, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	[STMT_PROVIDER_CERTIFIED] = {

@@ -114,6 +114,8 @@ typedef struct ClaimRequest
 	int			max_jobs;
 	Datum		provider;
 	bool		provider_null;
+	bool		waited;			/* it waited for work: attempts begin now, not
+								 * when the transaction did */
 } ClaimRequest;
 
 /*
@@ -143,7 +145,8 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 			int64		attempt_id = store_begin_attempt(candidates[i], req->scope,
 														 req->provider, req->provider_null,
 														 req->timeout, (Datum) 0, true,
-														 req->worker, false);
+														 req->worker, false,
+														 req->waited ? GetCurrentTimestamp() : 0);
 
 			if (attempt_id != 0)
 				attempts[claimed++] = attempt_id;
@@ -173,7 +176,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	SavedIdentity caller;		/* restored by store_finish() */
-	ClaimRequest req;
+	ClaimRequest req = {0};
 	Interval   *wait;
 	TimestampTz until;
 	long		sleep_ms = CLAIM_FIRST_SLEEP_MS;
@@ -219,6 +222,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 		store_finish(&caller);
 		if (claimed > 0 || !wait_for_runnable(until, &sleep_ms))
 			break;
+		req.waited = true;
 	}
 	return (Datum) 0;
 }
