@@ -11,19 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Literal, Optional, Sequence, TypedDict, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Type, TypedDict, Union
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .errors import translate
+from .errors import BY_SQLSTATE, translate
 from .ids import AttemptId, JobId
 
 __all__ = [
     "Submitted", "Job", "Attempt", "JobState", "AttemptState", "Outcome", "Seconds",
+    "Claimed", "Request", "SubmitOutcome",
     "submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
     "cancel_job", "job_state", "job", "attempts", "await_job",
+    "claim", "heartbeat", "submit_many",
 ]
 
 JobState = Literal["pending", "running", "unknown", "succeeded", "failed", "cancelled"]
@@ -59,6 +61,7 @@ class Job(TypedDict):
     created_at: datetime
     completed_at: Optional[datetime]
     cancelled_at: Optional[datetime]
+    scope: str
 
 
 class Attempt(TypedDict):
@@ -79,6 +82,61 @@ class Attempt(TypedDict):
     lost_result: Any
     cancelled_at: Optional[datetime]
     cancel_reason: Optional[str]
+    worker: Optional[str]
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One job that ``claim`` handed out, with the attempt begun on it."""
+
+    attempt_id: AttemptId
+    job_id: JobId
+    attempt_no: int
+    operation: str
+    provider: str
+    params: Any
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request for ``submit_many``: the arguments of ``submit``."""
+
+    owner_id: str
+    idempotency_key: str
+    operation: str
+    params: Any
+    provider: str
+    max_attempts: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    """The outcome of one request of ``submit_many``.
+
+    Accepted: ``sqlstate`` is None, ``created`` says whether this call
+    created the job.  Refused: ``sqlstate`` and ``message`` say why (the
+    error ``submit`` would have raised); ``job_id`` is the existing job for
+    ``JG001`` and None otherwise, and nothing was written."""
+
+    ord: int
+    job_id: Optional[JobId]
+    created: bool
+    sqlstate: Optional[str]
+    message: Optional[str]
+
+    @property
+    def refused(self) -> bool:
+        """True if the request was refused (nothing written for it)."""
+        return self.sqlstate is not None
+
+    @property
+    def error_class(self) -> Optional[Type[psycopg.DatabaseError]]:
+        """The exception class ``submit`` would have raised for this row
+        (``IdempotencyKeyReused`` for JG001, ...), None if accepted."""
+        if self.sqlstate is None:
+            return None
+        return BY_SQLSTATE.get(self.sqlstate, psycopg.DatabaseError)
 
 
 Conn = psycopg.Connection[Any]
@@ -148,10 +206,18 @@ def finish(conn: Conn, attempt_id: AttemptId, result: Any) -> Outcome:
     return outcome
 
 
-def fail(conn: Conn, attempt_id: AttemptId, error: str) -> Literal["failed"]:
-    """Report that the attempt failed; the gate opens for the next one."""
-    state: Literal["failed"] = _value(conn, "SELECT jobguard.fail_attempt(%s, %s)",
-                                      (attempt_id, error))
+def fail(conn: Conn, attempt_id: AttemptId, error: str,
+         retry_in: Optional[Seconds] = None) -> Literal["failed"]:
+    """Report that the attempt failed; the gate opens for the next one.
+    ``claim`` hands the job out again no sooner than ``retry_in`` from now
+    (None: the operation's retry backoff; no backoff: at once).  An explicit
+    ``begin_attempt`` is not held back."""
+    if retry_in is None:  # the two-argument form: the operation's policy applies
+        state: Literal["failed"] = _value(conn, "SELECT jobguard.fail_attempt(%s, %s)",
+                                          (attempt_id, error))
+    else:
+        state = _value(conn, "SELECT jobguard.fail_attempt(%s, %s, %s)",
+                       (attempt_id, error, _interval(retry_in)))
     return state
 
 
@@ -201,21 +267,49 @@ def await_job(conn: Conn, job_id: JobId, timeout: Seconds) -> JobState:
     return state
 
 
-# ---------------------------------------------------------------------------
-# Version 1.1 (SPEC "Version 1.1"): NOT on the server yet, so not here yet.
-# Each is one statement through _rows()/_value(), like the functions above:
-#
-#   claim(conn, worker: str, operations: Sequence[str] | None = None,
-#         timeout: Seconds = 30, max_jobs: int = 1, provider: str | None = None,
-#         wait: Seconds = 0) -> list[Claimed]
-#       SELECT * FROM jobguard.claim(%s, %s, %s, %s, %s, %s)
-#       Claimed: attempt_id, job_id, attempt_no, operation, provider, params, deadline
-#   heartbeat(conn, attempt_id: AttemptId, extend_by: Seconds | None = None) -> datetime
-#       SELECT jobguard.heartbeat(%s, %s)
-#   fail(conn, attempt_id, error, retry_in: Seconds | None = None)
-#       SELECT jobguard.fail_attempt(%s, %s, %s)
-#   submit_many(conn, requests: Sequence[Request]) -> list[SubmitOutcome]
-#       SELECT * FROM jobguard.submit_many(%s, %s, %s, %s::jsonb[], %s, %s)
-#       SubmitOutcome: ord, job_id, created, sqlstate, message
-#       (a refused row carries sqlstate/message; map it with errors.BY_SQLSTATE)
-# ---------------------------------------------------------------------------
+def claim(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
+          timeout: Seconds = 30, max_jobs: int = 1, provider: Optional[str] = None,
+          wait: Seconds = 0) -> List[Claimed]:
+    """Begin an attempt on each of up to ``max_jobs`` runnable jobs (oldest
+    first; ``operations`` None: any) for ``worker``, each with a deadline
+    ``timeout`` from now, and return them; an empty list when nothing is
+    runnable.  ``provider`` None runs each against its job's own provider; a
+    provider given also takes failovers it is certified for.  ``wait`` > 0:
+    wait up to that long for work (READ COMMITTED or autocommit only).
+    Commit promptly: the attempts' deadlines run from the claim."""
+    rows = _rows(conn, """SELECT attempt_id, job_id, attempt_no, operation, provider, params,
+                                 deadline
+                            FROM jobguard.claim(%s, %s::text[], %s, %s, %s, %s)""",
+                 (worker, None if operations is None else list(operations),
+                  _interval(timeout), max_jobs, provider, _interval(wait)))
+    return [Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
+                    r["operation"], r["provider"], r["params"], r["deadline"]) for r in rows]
+
+
+def heartbeat(conn: Conn, attempt_id: AttemptId,
+              extend_by: Optional[Seconds] = None) -> datetime:
+    """Push back the deadline of a started attempt that has not timed out to
+    ``extend_by`` from now (None: the timeout it began with); return the new
+    deadline.  Raises ``InvalidTransition`` (JG006) once the attempt is past
+    its deadline (unknown) or no longer started."""
+    deadline: datetime = _value(conn, "SELECT jobguard.heartbeat(%s, %s)",
+                                (attempt_id, _interval(extend_by)))
+    return deadline
+
+
+def submit_many(conn: Conn, requests: Sequence[Request]) -> List[SubmitOutcome]:
+    """Submit many requests in one statement; one outcome per request, in
+    order.  A refused request (JG001, 22004, 22023) is an outcome carrying
+    its SQLSTATE and message, not an exception, and does not stop the
+    others; only a call that is wrong as a whole raises."""
+    limits = [r.max_attempts for r in requests]
+    rows = _rows(conn, """SELECT ord, job_id, created, sqlstate, message
+                            FROM jobguard.submit_many(%s::text[], %s::text[], %s::text[],
+                                                      %s::jsonb[], %s::text[], %s::integer[])
+                           ORDER BY ord""",
+                 ([r.owner_id for r in requests], [r.idempotency_key for r in requests],
+                  [r.operation for r in requests], [_json(r.params) for r in requests],
+                  [r.provider for r in requests],
+                  None if all(m is None for m in limits) else limits))
+    return [SubmitOutcome(r["ord"], None if r["job_id"] is None else JobId(r["job_id"]),
+                          bool(r["created"]), r["sqlstate"], r["message"]) for r in rows]
