@@ -1,5 +1,6 @@
 """jobguard for Python: the jobguard SQL API on psycopg 3, with one
-exception class per jobguard SQLSTATE and distinct job and attempt id types.
+exception class per jobguard SQLSTATE, distinct job and attempt id types,
+and a worker loop on claim (``Worker``).
 
 Importing this package registers the exception classes with psycopg.
 """
@@ -13,6 +14,7 @@ from .errors import (BY_SQLSTATE, AttemptInFlight, AttemptNotFound, AttemptsExha
                      JobguardError, JobNotFound, NullValueNotAllowed, ProviderNotCertified,
                      ResultMismatch, translate)
 from .ids import AttemptId, JobId
+from .worker import Handler, RetryLater, Worker, WorkerStats
 
 __version__ = "1.1.0"
 
@@ -22,6 +24,7 @@ __all__ = [
     "submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
     "cancel_job", "job_state", "job", "attempts", "await_job",
     "claim", "heartbeat", "submit_many",
+    "Worker", "WorkerStats", "RetryLater", "Handler",
     "JobguardError", "IdempotencyKeyReused", "AttemptInFlight", "JobClosed",
     "ProviderNotCertified", "AttemptsExhausted", "InvalidTransition", "ResultMismatch",
     "JobNotFound", "AttemptNotFound", "NullValueNotAllowed", "InvalidParameterValue",
