@@ -12,14 +12,17 @@ EXTENSION   = jobguard
 MODULE_big  = jobguard
 OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o src/reading.o src/providers.o src/workers.o src/operating.o src/notify.o \
               src/store.o src/store_sql.o src/store_admin.o src/rows.o src/rows_catalog.o \
-              src/states.o src/contract_compile.o src/contract_check.o src/security.o src/scopes.o src/stats.o src/sweeper.o
+              src/states.o src/contract_compile.o src/contract_check.o src/security.o src/scopes.o src/policies.o src/stats.o src/sweeper.o
 DATA        = jobguard--1.0.sql jobguard--1.1.sql jobguard--1.0--1.1.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit attempts contracts security operations sharding fast_path scopes install worker
+JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy worker
+REGRESS      = $(JOBGUARD_REGRESS)
+# what make test runs again on the database update leaves behind (updated from 1.0)
+REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scopes claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race
 ISOLATION_OPTS = --load-extension=jobguard
 
 TAP_TESTS = 1

@@ -2,7 +2,7 @@
 # and flat as it ages?  Sourced by bench/run after the cluster is up (it
 # provides sql, pgbench_run, PAYLOAD, MACHINE, CLIENTS, OUT, RESULTS).
 #
-#   (a) scale   submit_new and lifecycle with 5 million jobs (each with its
+#   (a) scale   submit_new, lifecycle and claim with 5 million jobs (each with its
 #               succeeded attempt) already stored, against an empty table,
 #               alternating the two databases; plus the scans the fast path
 #               adds (pg_stat_user_tables) and the plans of the SQL path's
@@ -39,6 +39,7 @@ say ""
 say "- machine: $MACHINE"
 say "- shared_buffers 512MB, fsync on, synchronous_commit off, pgbench -M prepared"
 say "- jobguard fast path: $(PGDATABASE=jg_big sql -c "SELECT jobguard.fast_path_status()")"
+say "- run: $(date -u '+%Y-%m-%d %H:%M UTC')"
 
 # ------------------------------------------------------------ (a) scale
 
@@ -53,14 +54,14 @@ PGDATABASE=jg_big sql -c "SET session_replication_role = replica" \
 	-c "INSERT INTO jobguard.jobs (id, owner_id, idempotency_key, operation, params, provider,
 			version, completed_by, result, created_at, completed_at)
 		SELECT g, 'owner-' || (g % 10000), 'load-' || g, 'charge', '$PAYLOAD', 'stripe',
-			2, g, '$RESULT', now() - interval '1 day', now() - interval '1 day'
+			2, $GROWTH_JOBS + g, '$RESULT', now() - interval '1 day', now() - interval '1 day'
 		  FROM generate_series(1, $GROWTH_JOBS) g" \
 	-c "INSERT INTO jobguard.attempts (id, job_id, attempt_no, provider, state, read_version,
 			started_at, deadline, finished_at)
-		SELECT g, g, 1, 'stripe', 'succeeded', 1, now() - interval '1 day',
+		SELECT $GROWTH_JOBS + g, g, 1, 'stripe', 'succeeded', 1, now() - interval '1 day',
 			now() - interval '1 day' + interval '30 seconds', now() - interval '1 day'
 		  FROM generate_series(1, $GROWTH_JOBS) g" \
-	-c "SELECT setval('jobguard.jobs_id_seq', $GROWTH_JOBS), setval('jobguard.attempts_id_seq', $GROWTH_JOBS)" \
+	-c "SELECT setval('jobguard.id_seq', 2 * $GROWTH_JOBS)" \
 	>/dev/null
 PGDATABASE=jg_big sql -c "VACUUM ANALYZE jobguard.jobs" -c "VACUUM ANALYZE jobguard.attempts"
 load_s=$(($(date +%s) - t0))
@@ -72,7 +73,7 @@ say "Each run: ${GROWTH_SECONDS} s; the two databases alternate, $GROWTH_ROUNDS 
 say ""
 
 for db in jg_big jg_empty; do
-	for w in submit_new lifecycle; do
+	for w in submit_new lifecycle claim; do
 		PGDATABASE=$db pgbench_run "$BENCH/workloads/jobguard_$w.pgbench" 8 off \
 			"$GROWTH_WARMUP" "$OUT/growth-warmup-$w-$db.log" >/dev/null
 	done
@@ -82,7 +83,7 @@ SRAW=$OUT/growth-tps.tsv
 : >"$SRAW"
 for round in $(seq 1 "$GROWTH_ROUNDS"); do
 	for c in $CLIENTS; do
-		for w in submit_new lifecycle; do
+		for w in submit_new lifecycle claim; do
 			order="jg_empty jg_big"
 			[ $((round % 2)) = 0 ] && order="jg_big jg_empty"
 			for db in $order; do
@@ -272,5 +273,8 @@ fi
 say ""
 say "Total time of bench/run --growth: $(elapsed)."
 cp "$OUT/growth-report.md" "$GREPORT"
+# the tables the docs include, cut from the report, and the docs updated
+"$BENCH/fragments" growth
+"$ROOT/scripts/docs-bench" --write
 echo
 echo "jobguard: wrote bench/results/growth.md"

@@ -44,27 +44,29 @@ SELECT p.proname, p.prosecdef, l.lanname, p.prosqlbody IS NOT NULL AS bound_at_c
 DROP DATABASE regress_jg_install;
 
 -- default privileges in force for the installer reach none of the new
--- objects: they are taken back, with a NOTICE
+-- objects: they are taken back, with a WARNING
 CREATE DATABASE regress_jg_install;
 \c regress_jg_install
 ALTER DEFAULT PRIVILEGES GRANT ALL ON TABLES TO regress_jg_app;
 ALTER DEFAULT PRIVILEGES GRANT ALL ON SEQUENCES TO regress_jg_app;
 ALTER DEFAULT PRIVILEGES GRANT EXECUTE ON FUNCTIONS TO regress_jg_app;
 ALTER DEFAULT PRIVILEGES GRANT ALL ON SCHEMAS TO regress_jg_app;
+
 \set VERBOSITY default
 CREATE EXTENSION jobguard;
+
 \set VERBOSITY terse
 SELECT has_table_privilege('regress_jg_app', 'jobguard.jobs', 'UPDATE') AS update_jobs,
 	   has_table_privilege('regress_jg_app', 'jobguard.grants', 'INSERT') AS insert_grants,
 	   has_sequence_privilege('regress_jg_app', 'jobguard.id_seq', 'USAGE') AS use_ids,
-	   has_function_privilege('regress_jg_app', 'jobguard.define_operation(text, jsonb)', 'EXECUTE') AS define_operation,
+	   has_function_privilege('regress_jg_app', 'jobguard.define_operation(text, jsonb, interval, interval)', 'EXECUTE') AS define_operation,
 	   has_function_privilege('regress_jg_app', 'jobguard.certify_provider(text, text, jsonb)', 'EXECUTE') AS certify_provider,
 	   has_function_privilege('regress_jg_app', 'jobguard.submit(text, text, text, jsonb, text, integer)', 'EXECUTE') AS submit,
 	   has_schema_privilege('regress_jg_app', 'jobguard', 'CREATE') AS create_in_schema;
 -- the role gets exactly what a grant function gives, and nothing more
 SELECT jobguard.grant_client('regress_jg_app');
 SELECT has_function_privilege('regress_jg_app', 'jobguard.submit(text, text, text, jsonb, text, integer)', 'EXECUTE') AS submit,
-	   has_function_privilege('regress_jg_app', 'jobguard.define_operation(text, jsonb)', 'EXECUTE') AS define_operation,
+	   has_function_privilege('regress_jg_app', 'jobguard.define_operation(text, jsonb, interval, interval)', 'EXECUTE') AS define_operation,
 	   has_table_privilege('regress_jg_app', 'jobguard.jobs', 'SELECT') AS read_jobs;
 SELECT jobguard.revoke_client('regress_jg_app');
 \c :regress_db

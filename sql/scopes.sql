@@ -32,7 +32,7 @@ SELECT jobguard.grant_client('regress_jg_blog');	-- scope named after the role
 SELECT jobguard.grant_reader('regress_jg_auditor', 'shop');
 SELECT jobguard.grant_reader('regress_jg_support', NULL, payloads => true);
 SELECT jobguard.grant_operator('regress_jg_ops');
-SELECT role, kind, scope, payloads FROM jobguard.grants ORDER BY role::text;
+SELECT role, kind, scope, payloads FROM jobguard.grants WHERE role::text LIKE 'regress_jg_%' ORDER BY role::text;
 
 -- each application submits in its own scope; the same owner and key are
 -- two jobs, never a JG001 across applications

@@ -14,6 +14,7 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "access/detoast.h"
 
 #include "args.h"
 #include "store.h"
@@ -84,6 +85,29 @@ jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 {
 	require_arg(fcinfo, argno, name);
 	return PointerGetDatum(PG_GETARG_JSONB_P(argno));
+}
+
+/* GUC jobguard.max_payload_size: the largest params, result or error, in kB. */
+int			max_payload_kb = 1024;
+
+/*
+ * require_payload_size: refuse (54000) a params, result or error larger
+ * than jobguard.max_payload_size, before anything is written: a job's
+ * payloads live in its row for as long as the job is kept, and are read
+ * back by every replay and every reader.
+ */
+void
+require_payload_size(Datum value, const char *name)
+{
+	Size		size = toast_raw_datum_size(value) - VARHDRSZ;
+
+	if (size > (Size) max_payload_kb * 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("argument \"%s\" is too large", name),
+				 errdetail("It takes %zu bytes; jobguard.max_payload_size allows %d kB.",
+						   size, max_payload_kb),
+				 errhint("Keep large data elsewhere and pass a reference to it.")));
 }
 
 

@@ -43,6 +43,8 @@ extern Datum optional_text_arg(FunctionCallInfo fcinfo, int argno,
 							   const char *name, int max_chars, bool *isnull);
 extern int64 int64_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern Datum jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name);
+extern int	max_payload_kb;
+extern void require_payload_size(Datum value, const char *name);
 extern void report_job_not_found(int64 job_id, Oid caller, ScopeUse use) pg_attribute_noreturn();
 extern void report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use) pg_attribute_noreturn();
 extern void report_retries_exhausted(const char *what, int64 id) pg_attribute_noreturn();

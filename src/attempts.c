@@ -227,6 +227,7 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	Oid			userid = GetUserId();
 	AttemptRow	attempt;
 
+	require_payload_size(error, "error");
 	if (retry_in != NULL &&
 		DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(retry_in),
 										 IntervalPGetDatum(&zero_interval))))

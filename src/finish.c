@@ -153,6 +153,7 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 	Oid			userid = GetUserId();
 	const char *scope = scopes_acting_scope(userid);
 
+	require_payload_size(result, "result");
 	store_connect(&caller);
 	for (int tries = 1; outcome == NULL; tries++)
 	{

@@ -107,9 +107,11 @@ jobguard_await(PG_FUNCTION_ARGS)
  *
  * Deletes jobs that are terminal (succeeded, cancelled, failed) since
  * longer than older_than, with their attempts, batch_size at a time;
- * returns how many jobs it deleted.  Jobs with an open attempt are never
- * purged.  After purge an owner's key is free again: jobguard remembers a
- * key for as long as its job exists.
+ * returns how many jobs it deleted.  older_than NULL applies each
+ * operation's key policy retention instead (operations without one are
+ * kept).  Jobs with an open attempt are never purged.  After purge an
+ * owner's key is free again: jobguard remembers a key for as long as its
+ * job exists.
  */
 Datum
 jobguard_purge(PG_FUNCTION_ARGS)
@@ -121,10 +123,21 @@ jobguard_purge(PG_FUNCTION_ARGS)
 	TimestampTz cutoff;
 	int64		deleted;
 
-	require_arg(fcinfo, 0, "older_than");
 	require_arg(fcinfo, 1, "batch_size");
-	older_than = PG_GETARG_INTERVAL_P(0);
 	batch_size = PG_GETARG_INT32(1);
+	if (PG_ARGISNULL(0))
+	{
+		if (batch_size < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"batch_size\" of jobguard.purge() must be at least 1"),
+					 errdetail("It is %d.", batch_size)));
+		store_connect(&caller);
+		deleted = store_purge_by_retention(batch_size);
+		store_finish(&caller);
+		PG_RETURN_INT64(deleted);
+	}
+	older_than = PG_GETARG_INTERVAL_P(0);
 	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
 										 IntervalPGetDatum(&zero_interval))))
 		ereport(ERROR,
@@ -140,7 +153,7 @@ jobguard_purge(PG_FUNCTION_ARGS)
 													 TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
 													 IntervalPGetDatum(older_than)));
 	store_connect(&caller);
-	deleted = store_purge(cutoff, batch_size);
+	deleted = store_purge(cutoff, batch_size, NULL);
 	store_finish(&caller);
 	PG_RETURN_INT64(deleted);
 }

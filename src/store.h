@@ -43,6 +43,12 @@ extern bool store_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
 							SubmitMatch *match);
+extern bool store_same_identity(int64 job_id, Datum params, Datum identity);
+extern bool store_replace_ended_job(int64 job_id);
+extern bool store_insert_next_job(Datum scope, Datum owner_id, Datum idempotency_key,
+								  Datum operation, Datum params, Datum provider,
+								  Datum max_attempts, bool max_attempts_null,
+								  int64 previous_job_id, int64 *job_id);
 extern bool store_lock_job(int64 job_id, const char *scope, JobRow *job);
 extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
 extern int64 store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
@@ -85,7 +91,8 @@ extern bool store_operation_contract(Datum operation, int64 *version,
 									 Datum *contract);
 extern bool store_fresh_job_state(int64 job_id, char **state, char **scope);
 extern uint64 store_sweep_overdue(int batch_size);
-extern int64 store_purge(TimestampTz cutoff, int batch_size);
+extern int64 store_purge(TimestampTz cutoff, int batch_size, const char *operation);
+extern int64 store_purge_by_retention(int batch_size);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
 extern void store_invariant_violations(Oid reader, ReturnSetInfo *rsinfo);
 

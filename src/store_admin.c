@@ -238,23 +238,24 @@ store_sweep_overdue(int batch_size)
  * store_purge: delete jobs terminal since before cutoff, with their
  * attempts, a page of batch_size jobs at a time in id order.  Ids grow with
  * creation time, so the scan stops at the first page created after the
- * cut-off: a job created later cannot have ended earlier.  Returns how
- * many jobs were deleted.
+ * cut-off: a job created later cannot have ended earlier.  Only jobs of
+ * operation, when it is not NULL.  Returns how many jobs were deleted.
  */
 int64
-store_purge(TimestampTz cutoff, int batch_size)
+store_purge(TimestampTz cutoff, int batch_size, const char *operation)
 {
 	int64		after = 0;
 	int64		deleted = 0;
 
 	for (;;)
 	{
-		Datum		values[3] = {TimestampTzGetDatum(cutoff), Int64GetDatum(after),
-		Int32GetDatum(batch_size)};
+		Datum		values[4] = {TimestampTzGetDatum(cutoff), Int64GetDatum(after),
+		Int32GetDatum(batch_size), operation ? CStringGetTextDatum(operation) : (Datum) 0};
+		char		nulls[4] = {' ', ' ', ' ', operation ? ' ' : 'n'};
 		bool		isnull;
 		TimestampTz newest;
 
-		sql_run(STMT_PURGE_PAGE, values, NULL);
+		sql_run(STMT_PURGE_PAGE, values, nulls);
 		after = sql_column_int64(1, &isnull);
 		if (isnull)
 			break;				/* no jobs after this page */
@@ -264,6 +265,32 @@ store_purge(TimestampTz cutoff, int batch_size)
 			break;
 		CHECK_FOR_INTERRUPTS();
 	}
+	return deleted;
+}
+
+/*
+ * store_purge_by_retention: purge each operation's terminal jobs older
+ * than its key policy's retention.  Returns how many jobs were deleted.
+ */
+int64
+store_purge_by_retention(int batch_size)
+{
+	uint64		n = sql_run(STMT_RETENTIONS, NULL, NULL);
+	char	  **operations = palloc(sizeof(char *) * (n + 1));
+	TimestampTz *cutoffs = palloc(sizeof(TimestampTz) * (n + 1));
+	int64		deleted = 0;
+
+	/* read the list first: each purge below replaces SPI_tuptable */
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		operations[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		cutoffs[i] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	for (uint64 i = 0; i < n; i++)
+		deleted += store_purge(cutoffs[i], batch_size, operations[i]);
 	return deleted;
 }
 

@@ -10,6 +10,7 @@
  */
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
 #include "catalog/pg_type_d.h"
 #include "funcapi.h"
@@ -23,6 +24,7 @@
 
 #include "args.h"
 #include "errcodes.h"
+#include "policies.h"
 #include "stats.h"
 #include "store.h"
 
@@ -74,23 +76,6 @@ typedef enum SubmitOutcome
 } SubmitOutcome;
 
 /*
- * submit_outcome: what a request that found a job under its key comes to:
- * a replay when the request is the same, JG001 when not (counted).
- */
-static SubmitOutcome
-submit_outcome(const SubmitMatch *match)
-{
-	if (!match->same_operation || !match->same_params ||
-		!match->same_provider || !match->same_max_attempts)
-	{
-		stats_count(STAT_KEY_CONFLICTS);
-		return SUBMIT_KEY_REUSED;
-	}
-	stats_count(STAT_SUBMITS_REPLAYED);
-	return SUBMIT_REPLAYED;
-}
-
-/*
  * submit_one: submit one request in the scope, inside store_connect().
  * Inserts first and lets the unique constraint decide; only a conflicting
  * insert reads the existing job and compares the request with it (into
@@ -114,8 +99,62 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		if (store_match_job(scope, owner_id, idempotency_key, operation, params,
 							provider, max_attempts, max_attempts_null, match))
 		{
+			KeyPolicy	policy;
+			bool		has_policy = policy_of(TextDatumGetCString(operation), &policy);
+
 			*job_id = match->job_id;
-			return submit_outcome(match);
+			/* with identity keys, other differences in params do not count */
+			if (!match->same_params && has_policy && policy.has_identity &&
+				match->same_operation)
+				match->same_params = store_same_identity(match->job_id, params,
+														 policy.identity);
+			if (!match->same_operation || !match->same_params ||
+				!match->same_provider || !match->same_max_attempts)
+			{
+				stats_count(STAT_KEY_CONFLICTS);
+				return SUBMIT_KEY_REUSED;
+			}
+
+			/*
+			 * after_failure 'new_job': the same request after the job failed
+			 * or was cancelled starts a new job, linked to the old one.  The
+			 * old job stops being live first (a conditional update that a
+			 * concurrent winning finish makes do nothing); the unique index
+			 * on live jobs then decides between racing resubmits.
+			 */
+			if (has_policy && policy.new_job_after_failure)
+			{
+				SubmitMatch now;
+
+				if (store_replace_ended_job(match->job_id))
+				{
+					if (store_insert_next_job(scope, owner_id, idempotency_key, operation,
+											  params, provider, max_attempts,
+											  max_attempts_null, match->job_id, job_id))
+					{
+						stats_count(STAT_SUBMITS_CREATED);
+						return SUBMIT_CREATED;
+					}
+					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
+						 (long long) match->job_id);
+				}
+
+				/*
+				 * Not replaced: the job is not failed or cancelled, or a
+				 * racing resubmit replaced it first — then its new job is
+				 * the live one, and this call starts over to meet it.
+				 */
+				if (store_match_job(scope, owner_id, idempotency_key, operation, params,
+									provider, max_attempts, max_attempts_null, &now) &&
+					now.job_id != match->job_id)
+				{
+					if (tries >= SUBMIT_MAX_TRIES)
+						report_retries_exhausted("submit a new job after job", match->job_id);
+					continue;
+				}
+			}
+			stats_count(STAT_SUBMITS_REPLAYED);
+			return SUBMIT_REPLAYED;
 		}
 		if (tries >= SUBMIT_MAX_TRIES)
 			ereport(ERROR,
@@ -162,6 +201,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	Datum		columns[2];
 	bool		nulls[2] = {false, false};
 
+	require_payload_size(params, "params");
 	if (!max_attempts_null && DatumGetInt32(max_attempts) < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -269,13 +309,14 @@ batch_row_problem(const BatchColumn *columns, const int *max_chars, int ncolumns
  *
  * Many requests in one call, each with the outcome submit() would have
  * given it, one row per request in input order: created, replayed, or
- * refused (22004, 22023, JG001 with the existing job's id), a refused
+ * refused (22004, 22023, 54000, JG001 with the existing job's id), a refused
  * request writing nothing and not stopping the others.  The requests that
  * pass their checks are inserted in one pass, in order, insert-first as
  * submit() does (store_insert_jobs); only those that found a job under
- * their key read it and compare — so a later request with a key used
- * earlier in the same call finds that job: equal, a replay; different,
- * JG001.  Arrays of unequal length refuse the whole call (22023).
+ * their key go on as submit() would (submit_one: compare, key policy) — so
+ * a later request with a key used earlier in the same call finds that
+ * job: equal, a replay; different, JG001.  Arrays of unequal length refuse
+ * the whole call (22023).
  */
 Datum
 jobguard_submit_many(PG_FUNCTION_ARGS)
@@ -324,6 +365,14 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 		if (!attempts_null[i])
 			attempts[i] = max_attempts->values[i];
 		messages[i] = batch_row_problem(columns, max_chars, 5, i, &sqlstates[i]);
+		if (messages[i] == NULL &&
+			toast_raw_datum_size(columns[3].values[i]) - VARHDRSZ > (Size) max_payload_kb * 1024)
+		{
+			sqlstates[i] = ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+			messages[i] = psprintf("params of request %d is too large (it takes %zu bytes; jobguard.max_payload_size allows %d kB)",
+								   i + 1, toast_raw_datum_size(columns[3].values[i]) - VARHDRSZ,
+								   max_payload_kb);
+		}
 		if (messages[i] == NULL && !attempts_null[i] && DatumGetInt32(attempts[i]) < 1)
 		{
 			sqlstates[i] = ERRCODE_INVALID_PARAMETER_VALUE;
@@ -350,7 +399,7 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 	job_ids = palloc0(sizeof(int64) * Max(count, 1));
 	store_connect(&caller);
 
-	/* then every other request in one pass; those that found a job compare with it */
+	/* then every other request in one pass; those that found a job go on as submit() */
 	store_insert_jobs(scope, &batch, inserted, job_ids);
 	row_cxt = AllocSetContextCreate(CurrentMemoryContext, "jobguard submit_many row",
 									ALLOCSET_DEFAULT_SIZES);
@@ -370,15 +419,7 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 
 			if (inserted[i])
 				stats_count(STAT_SUBMITS_CREATED);
-			else if (store_match_job(scope, columns[0].values[i], columns[1].values[i],
-									 columns[2].values[i], columns[3].values[i],
-									 columns[4].values[i], attempts[i], attempts_null[i],
-									 &match))
-			{
-				job_id = match.job_id;
-				outcome = submit_outcome(&match);
-			}
-			else				/* its job was removed meanwhile: submit it alone */
+			else				/* a job has the key: what submit() would answer */
 				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
 									 columns[2].values[i], columns[3].values[i],
 									 columns[4].values[i], attempts[i], attempts_null[i],

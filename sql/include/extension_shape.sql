@@ -1,6 +1,9 @@
--- Everything CREATE EXTENSION jobguard makes, described without OIDs, one
--- line per fact, sorted: a database updated from 1.0 must describe the same
--- as one created at 1.1.
+-- pg_temp.extension_shape(): everything CREATE EXTENSION jobguard makes,
+-- described without OIDs, one line per fact: a database updated from 1.0
+-- must describe the same as one created at 1.1.  Privileges are compared
+-- as far as the owner and PUBLIC hold them (grants to roles are data).
+CREATE FUNCTION pg_temp.extension_shape() RETURNS SETOF text
+LANGUAGE sql AS $shape$
 SELECT line FROM (
 	-- tables, views, sequences, indexes: kind and options
 	SELECT format('relation %s kind %s options %s', c.oid::regclass, c.relkind, c.reloptions) AS line
@@ -41,12 +44,17 @@ SELECT line FROM (
 	  JOIN pg_description ds ON ds.classoid = d.classid AND ds.objoid = d.objid
 	 WHERE d.deptype = 'e'
 	UNION ALL
-	-- privileges on tables, views, sequences and functions
-	SELECT format('acl %s: %s', c.oid::regclass, c.relacl)
-	  FROM pg_class c WHERE c.relnamespace = 'jobguard'::regnamespace
+	-- privileges of the owner and PUBLIC on tables, views, sequences, functions
+	SELECT format('acl %s: %s %s', c.oid::regclass,
+				  CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE 'owner' END, a.privilege_type)
+	  FROM pg_class c,
+		   aclexplode(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END::"char", c.relowner))) a
+	 WHERE c.relnamespace = 'jobguard'::regnamespace AND a.grantee IN (0, c.relowner)
 	UNION ALL
-	SELECT format('acl %s: %s', p.oid::regprocedure, p.proacl)
-	  FROM pg_proc p WHERE p.pronamespace = 'jobguard'::regnamespace
+	SELECT format('acl %s: %s %s', p.oid::regprocedure,
+				  CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE 'owner' END, a.privilege_type)
+	  FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+	 WHERE p.pronamespace = 'jobguard'::regnamespace AND a.grantee IN (0, p.proowner)
 	UNION ALL
 	SELECT format('extension members: %s', count(*))
 	  FROM pg_depend d JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'jobguard'
@@ -56,4 +64,5 @@ SELECT line FROM (
 										  FROM unnest(e.extconfig) x))
 	  FROM pg_extension e WHERE e.extname = 'jobguard'
 ) facts
-ORDER BY line;
+ORDER BY line
+$shape$;

@@ -199,3 +199,30 @@ test('concurrent identical submits are one job', async () => {
     assert.deepEqual(rs.map((x) => x.created).sort(), [false, false, false, false, false, false, false, true]);
   } finally { await Promise.all(clients.map((c) => c.end())); }
 });
+
+test('the worker side: claim, heartbeat, fail with retryInSeconds, submitMany', async () => {
+  // an operation of its own, so that the other tests' jobs are not claimed
+  const op = `render-${randomUUID().slice(0, 8)}`;
+  const rows = await jg.submitMany(pool, [
+    { ownerId: 'dora', idempotencyKey: 'm1', operation: op, params: { n: 1 }, provider: 'main-psp' },
+    { ownerId: 'dora', idempotencyKey: 'm1', operation: op, params: { n: 1 }, provider: 'main-psp' },
+    { ownerId: 'dora', idempotencyKey: 'm1', operation: op, params: { n: 2 }, provider: 'main-psp' },
+    { ownerId: null, idempotencyKey: 'm2', operation: op, params: {}, provider: 'main-psp' },
+  ]);
+  assert.deepEqual(rows.map((r) => [r.ord, r.created, r.sqlstate]),
+    [[1, true, null], [2, false, null], [3, false, 'JG001'], [4, false, '22004']]);
+  assert.equal(rows[1].job_id, rows[0].job_id);
+  assert.equal(typeof rows[0].job_id, 'number');
+  assert.ok(jg.BY_SQLSTATE[rows[2].sqlstate], 'a refused row names an error class');
+
+  const [c] = await jg.claim(pool, { worker: 'node-1', operations: [op], timeoutSeconds: 60, maxJobs: 5 });
+  assert.equal(c.job_id, rows[0].job_id);
+  assert.equal(typeof c.attempt_id, 'number');
+  assert.deepEqual(await jg.claim(pool, { worker: 'node-2', operations: [op] }), [], 'nothing else is runnable');
+  const deadline = await jg.heartbeat(pool, c.attempt_id, 3600);
+  assert.ok(deadline instanceof Date && deadline - Date.now() > 3500 * 1000);
+  assert.equal(await jg.fail(pool, c.attempt_id, 'busy', { retryInSeconds: 3600 }), 'failed');
+  assert.deepEqual(await jg.claim(pool, { worker: 'node-1', operations: [op] }), [], 'held back by retry_in');
+  await rejects(jg.heartbeat(pool, c.attempt_id), jg.InvalidTransition);
+  await rejects(jg.claim(pool, { worker: '' }), jg.JobguardError);
+});

@@ -1,0 +1,136 @@
+# The worker side through the proxy (jobguard_proxy 1.1), on two shards:
+# submit_many splits a batch by owner and returns the rows in input order,
+# numbered as given (refusals and in-batch replays included); claim takes
+# jobs from a named shard, or from the shards in turn until max_jobs;
+# heartbeat and fail_attempt(retry_in) reach the attempt's shard;
+# define_operation sets the retry policy on every shard.  Also: a 1.0 proxy
+# updates to 1.1.
+#
+# Needs the plproxy and jobguard_proxy extensions installed.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $n = 2;
+my @shards;
+for my $k (0 .. $n - 1)
+{
+	my $node = PostgreSQL::Test::Cluster->new("shard$k");
+	$node->init;
+	$node->start;
+	$node->safe_psql('postgres', "CREATE DATABASE shard$k");
+	$node->safe_psql("shard$k",
+		"CREATE EXTENSION jobguard; SELECT jobguard.configure_shard($k, $n);");
+	push @shards, $node;
+}
+my $proxy = PostgreSQL::Test::Cluster->new('proxy');
+$proxy->init;
+$proxy->start;
+my $connstrs = join(', ',
+	map { "'host=" . $shards[$_]->host . ' port=' . $shards[$_]->port . " dbname=shard$_'" } 0 .. $n - 1);
+
+# a 1.0 proxy updates to 1.1
+$proxy->safe_psql('postgres', "CREATE DATABASE updated");
+$proxy->safe_psql('updated', qq{
+SET client_min_messages = warning;
+CREATE EXTENSION plproxy;
+CREATE EXTENSION jobguard_proxy VERSION '1.0';
+ALTER EXTENSION jobguard_proxy UPDATE;
+});
+is($proxy->safe_psql('updated',
+		q{SELECT extversion FROM pg_extension WHERE extname = 'jobguard_proxy'}),
+	'1.1', 'a 1.0 proxy updates to 1.1');
+is($proxy->safe_psql('updated', q{
+	SELECT string_agg(p.oid::regprocedure::text, ' ' ORDER BY 1) FROM pg_proc p
+	 WHERE p.pronamespace = 'jobguard'::regnamespace
+	   AND p.proname IN ('claim', 'heartbeat', 'submit_many', 'fail_attempt', 'define_operation')}),
+	$proxy->safe_psql('postgres', q{
+	SET client_min_messages = warning;
+	CREATE EXTENSION jobguard_proxy CASCADE;
+	SELECT string_agg(p.oid::regprocedure::text, ' ' ORDER BY 1) FROM pg_proc p
+	 WHERE p.pronamespace = 'jobguard'::regnamespace
+	   AND p.proname IN ('claim', 'heartbeat', 'submit_many', 'fail_attempt', 'define_operation')}),
+	'the updated proxy has the functions of a fresh 1.1');
+$proxy->safe_psql('postgres', "SELECT jobguard.configure_proxy($connstrs)");
+
+sub proxy { return $proxy->safe_psql('postgres', $_[0]); }
+
+sub proxy_error
+{
+	my ($sql) = @_;
+	my ($ret, $out, $err) = $proxy->psql('postgres', "\\set VERBOSITY verbose\n$sql");
+	return $ret == 0 ? "(no error; returned '$out')" : $err;
+}
+
+# owners that land on shard 0 and on shard 1
+my %owner;
+for my $i (1 .. 100)
+{
+	my $k = proxy("SELECT jobguard.route_owner('owner-$i') & ($n - 1)");
+	$owner{$k} //= "owner-$i";
+	last if keys %owner == $n;
+}
+my ($o0, $o1) = ($owner{0}, $owner{1});
+
+# ------------------------------------------------------------- submit_many
+
+my $rows = proxy(qq{
+	SELECT string_agg(format('%s:%s:%s:%s', ord, created, coalesce(sqlstate, '-'),
+							 coalesce(job_id % $n, -1)), ' ' ORDER BY ord)
+	  FROM jobguard.submit_many(
+		ARRAY['$o0', '$o1', '$o0', '$o1', NULL, '$o1', '$o0'],
+		ARRAY['a', 'b', 'c', 'b', 'e', 'f', 'a'],
+		ARRAY['render', 'render', 'render', 'render', 'render', 'render', 'render'],
+		ARRAY['{"n": 1}', '{"n": 2}', '{"n": 3}', '{"n": 2}', '{}', '{"n": 6}', '{"n": 9}']::jsonb[],
+		ARRAY['p', 'p', 'p', 'p', 'p', 'p', 'p'])});
+is($rows,
+	"1:t:-:0 2:t:-:1 3:t:-:0 4:f:-:1 5:f:22004:-1 6:t:-:1 7:f:JG001:0",
+	'submit_many: rows in input order, each job on its owner\'s shard, replay and refusals in place');
+like(proxy(q{SELECT message FROM jobguard.submit_many(ARRAY['', NULL], ARRAY['k', 'k'],
+		ARRAY['render', 'render'], ARRAY['{}', '{}']::jsonb[], ARRAY['p', 'p']) WHERE ord = 2}),
+	qr/^owner_id of request 2 must not be null$/, 'a refused row names its request by its input number');
+like(proxy_error(q{SELECT * FROM jobguard.submit_many(ARRAY['a'], ARRAY['k', 'l'], ARRAY['op'],
+		ARRAY['{}']::jsonb[], ARRAY['p'])}),
+	qr/22023/, 'submit_many: unequal arrays are 22023 for the whole call');
+is(proxy(q{SELECT count(*) FROM jobguard.submit_many('{}', '{}', '{}', '{}', '{}')}), 0,
+	'submit_many: an empty batch');
+
+# ------------------------------------------------------------- claim
+
+# four runnable jobs: a, c on shard 0; b, f on shard 1
+is(proxy(q{SELECT string_agg((job_id % 2)::text, ',' ORDER BY job_id) FROM jobguard.claim('w1', shard => 1, max_jobs => 10)}),
+	'1,1', 'claim(shard => 1) takes the jobs of shard 1 only');
+my $got = proxy(q{SELECT string_agg((job_id % 2)::text, ',' ORDER BY job_id) FROM jobguard.claim('w2', max_jobs => 10)});
+is($got, '0,0', 'claim without a shard goes on to the next shard while it has fewer than max_jobs');
+is(proxy(q{SELECT count(*) FROM jobguard.claim('w3', max_jobs => 10)}), 0, 'then nothing is runnable anywhere');
+proxy(qq{SELECT count(*) FROM jobguard.submit_many(ARRAY['$o0', '$o1'], ARRAY['g', 'h'],
+	ARRAY['render', 'render'], ARRAY['{}', '{}']::jsonb[], ARRAY['p', 'p'])});
+my @turns = map { proxy(q{SELECT string_agg((job_id % 2)::text, ',') FROM jobguard.claim('w4')}) } 1 .. 2;
+is(join(' ', sort @turns), '0 1', 'one job per call: the shards take turns');
+is(proxy(q{SELECT count(*) FROM jobguard.claim('w5', wait => '200 milliseconds')}), 0,
+	'claim with wait returns nothing when nothing comes');
+like(proxy_error(q{SELECT * FROM jobguard.claim('w', wait => '-1 second')}), qr/22023/,
+	'a negative wait is 22023');
+
+# ------------------------------------------------------------- heartbeat, backoff
+
+my $attempt = $shards[1]->safe_psql('shard1',
+	q{SELECT attempt_id FROM jobguard.attempt_overview WHERE worker = 'w1' ORDER BY 1 LIMIT 1});
+ok(proxy(qq{SELECT jobguard.heartbeat($attempt, '1 hour') > now() + interval '59 minutes'}) eq 't',
+	'heartbeat through the proxy extends the attempt on its shard');
+proxy(q{SELECT jobguard.define_operation('render', '{}', '1 minute', '10 minutes')});
+is(join(',', map { $shards[$_]->safe_psql("shard$_", q{SELECT retry_backoff FROM jobguard.operations}) } 0 .. $n - 1),
+	'00:01:00,00:01:00', 'define_operation sets the retry policy on every shard');
+proxy(qq{SELECT jobguard.fail_attempt($attempt, 'busy', retry_in => '5 minutes')});
+is($shards[1]->safe_psql('shard1', qq{
+	SELECT j.not_before > now() + interval '4 minutes' FROM jobguard.jobs j
+	  JOIN jobguard.attempts a ON a.job_id = j.id WHERE a.id = $attempt}),
+	't', 'fail_attempt(retry_in) through the proxy holds the job back on its shard');
+is(proxy(q{SELECT count(*) FROM jobguard.claim('w6', shard => 1)}), 0,
+	'claim honours the backoff on the shard');
+
+$proxy->stop;
+$_->stop for @shards;
+done_testing();
