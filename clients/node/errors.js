@@ -80,11 +80,14 @@ const ResultMismatch = define('ResultMismatch', 'JG007', 'result_mismatch', [
   ['attemptId', 'message', /^attempt (\d+) /, id],
   ['jobId', 'message', /^attempt \d+ of job (\d+) /, id],
 ]);
+// attemptId / jobId: the number given is an id of the other kind (1.1 DETAIL)
 const JobNotFound = define('JobNotFound', 'JG008', 'job_not_found', [
   ['jobId', 'message', /^job (\d+) does not exist/, id],
+  ['attemptId', 'detail', /^(\d+) is the id of an attempt, not of a job\./, id],
 ]);
 const AttemptNotFound = define('AttemptNotFound', 'JG009', 'attempt_not_found', [
   ['attemptId', 'message', /^attempt (\d+) does not exist/, id],
+  ['jobId', 'detail', /^(\d+) is the id of a job, not of an attempt\./, id],
 ]);
 // the two standard SQLSTATEs jobguard raises for bad arguments
 const NullValueNotAllowed = define('NullValueNotAllowed', '22004', 'null_value_not_allowed', []);

@@ -1,6 +1,6 @@
 // Types of the jobguard Node.js client (index.js, errors.js), written by hand.
 
-import { DatabaseError } from 'pg';
+import { DatabaseError, Pool, PoolConfig } from 'pg';
 
 /** A job id: a number that the type checker keeps apart from attempt ids. */
 export type JobId = number & { readonly __jobguard: 'JobId' };
@@ -60,6 +60,8 @@ export interface Job {
   created_at: Date;
   completed_at: Date | null;
   cancelled_at: Date | null;
+  /** the scope the job belongs to */
+  scope: string;
 }
 
 /** A row of jobguard.attempts_of() / jobguard.attempt_overview. */
@@ -79,39 +81,11 @@ export interface Attempt {
   lost_result: Json | null;
   cancelled_at: Date | null;
   cancel_reason: string | null;
+  /** the worker named in the claim that began it (null for begin_attempt) */
+  worker: string | null;
 }
 
-export function submit(db: Queryable, request: SubmitRequest): Promise<Submitted>;
-export function beginAttempt(db: Queryable, jobId: JobId, options?: BeginOptions): Promise<AttemptId>;
-export function finish(db: Queryable, attemptId: AttemptId, result: Json): Promise<Outcome>;
-export function fail(db: Queryable, attemptId: AttemptId, error: string,
-  options?: { retryInSeconds?: number }): Promise<'failed'>;
-export function markUnknown(db: Queryable, attemptId: AttemptId): Promise<'unknown'>;
-export function cancelAttempt(db: Queryable, attemptId: AttemptId, reason: string): Promise<'cancelled'>;
-export function cancelJob(db: Queryable, jobId: JobId, reason: string): Promise<'cancelled'>;
-export function jobState(db: Queryable, jobId: JobId): Promise<JobState>;
-export function job(db: Queryable, jobId: JobId): Promise<Job>;
-export function attempts(db: Queryable, jobId: JobId): Promise<Attempt[]>;
-export function attempt(db: Queryable, attemptId: AttemptId): Promise<Attempt | undefined>;
-/** Holds the connection while it waits: pass a Client or PoolClient of its own. */
-export function awaitJob(db: Queryable, jobId: JobId, timeoutSeconds: number): Promise<JobState>;
-
-export interface ClaimOptions {
-  /** recorded on the attempt (attempt_overview.worker), 1 to 255 characters */
-  worker: string;
-  /** only jobs of these operations; default any */
-  operations?: string[] | null;
-  /** the attempts' deadline, in seconds from now; default 30 */
-  timeoutSeconds?: number;
-  /** at most this many jobs (1 to 1000); default 1 */
-  maxJobs?: number;
-  /** run against this provider: its own jobs, and failovers where it is certified */
-  provider?: string | null;
-  /** when nothing is runnable, wait up to this long for something to be; default 0 */
-  waitSeconds?: number;
-}
-
-/** A row of jobguard.claim(). */
+/** A job that claim handed out, with the attempt begun on it (a row of jobguard.claim()). */
 export interface Claimed {
   attempt_id: AttemptId;
   job_id: JobId;
@@ -122,18 +96,143 @@ export interface Claimed {
   deadline: Date;
 }
 
-/** A row of jobguard.submit_many(): created, replayed, or refused (sqlstate, message). */
-export interface SubmitManyRow {
-  ord: number;
-  job_id: JobId | null;
-  created: boolean;
-  sqlstate: string | null;
-  message: string | null;
+export interface ClaimOptions {
+  /** recorded on each attempt (attempt_overview.worker); 1 to 255 characters */
+  worker: string;
+  /** only jobs of these operations; null or absent: any */
+  operations?: readonly string[] | null;
+  /** each attempt's deadline, in seconds from the claim; default 30 */
+  timeoutSeconds?: number;
+  /** at most this many jobs (1 to 1000); default 1 */
+  maxJobs?: number;
+  /** null: each job's own provider; given: its own jobs plus certified failovers */
+  provider?: string | null;
+  /** when nothing is runnable, wait up to this long for work; default 0 */
+  waitSeconds?: number;
 }
 
+export interface FailOptions {
+  /** claim hands the job out again no sooner than this; absent: the operation's backoff */
+  retryInSeconds?: number | null;
+}
+
+/** A request that submit_many accepted: created now, or a replay of the existing job. */
+export interface SubmitAccepted {
+  ord: number;
+  job_id: JobId;
+  created: boolean;
+  sqlstate: null;
+  message: null;
+}
+/** A request that submit_many refused: nothing was written for it. */
+export interface SubmitRefused {
+  ord: number;
+  /** the existing job for JG001, else null */
+  job_id: JobId | null;
+  created: false;
+  /** 'JG001', '22004' or '22023': BY_SQLSTATE names the class submit would have thrown */
+  sqlstate: string;
+  message: string;
+}
+/** One row of submitMany's answer, per request in order (ord from 1). */
+export type SubmitOutcome = SubmitAccepted | SubmitRefused;
+
+export function submit(db: Queryable, request: SubmitRequest): Promise<Submitted>;
+export function beginAttempt(db: Queryable, jobId: JobId, options?: BeginOptions): Promise<AttemptId>;
+export function finish(db: Queryable, attemptId: AttemptId, result: Json): Promise<Outcome>;
+export function fail(db: Queryable, attemptId: AttemptId, error: string,
+  options?: FailOptions): Promise<'failed'>;
+export function markUnknown(db: Queryable, attemptId: AttemptId): Promise<'unknown'>;
+export function cancelAttempt(db: Queryable, attemptId: AttemptId, reason: string): Promise<'cancelled'>;
+export function cancelJob(db: Queryable, jobId: JobId, reason: string): Promise<'cancelled'>;
+export function jobState(db: Queryable, jobId: JobId): Promise<JobState>;
+export function job(db: Queryable, jobId: JobId): Promise<Job>;
+export function attempts(db: Queryable, jobId: JobId): Promise<Attempt[]>;
+export function attempt(db: Queryable, attemptId: AttemptId): Promise<Attempt | undefined>;
+/** Holds the connection while it waits: pass a Client or PoolClient of its own. */
+export function awaitJob(db: Queryable, jobId: JobId, timeoutSeconds: number): Promise<JobState>;
+
+/** Begin attempts on up to maxJobs runnable jobs, oldest first; [] when none is runnable. */
 export function claim(db: Queryable, options: ClaimOptions): Promise<Claimed[]>;
-export function heartbeat(db: Queryable, attemptId: AttemptId, extendBySeconds?: number): Promise<Date>;
-export function submitMany(db: Queryable, requests: SubmitRequest[]): Promise<SubmitManyRow[]>;
+/** Push back a started attempt's deadline; InvalidTransition once it is past it. */
+export function heartbeat(db: Queryable, attemptId: AttemptId,
+  extendBySeconds?: number | null): Promise<Date>;
+/** Submit many requests in one statement; a refused one is a row, not an error. */
+export function submitMany(db: Queryable, requests: readonly SubmitRequest[]): Promise<SubmitOutcome[]>;
+
+/** What a Worker calls for each claimed job; what it resolves to is the result. */
+export type Handler = (job: Claimed) => Json | Promise<Json>;
+
+export interface Logger {
+  info(message: string): void;
+  warn(message: string): void;
+  error(message: string): void;
+}
+
+export interface WorkerOptions {
+  /** pg pool options for the worker's own pool (max 2); the PG* environment fills in the rest */
+  connection?: PoolConfig;
+  /** a pool of your own instead (its error handling is yours) */
+  pool?: Pool;
+  /** recorded on each attempt; give a stable one to pick up a restarted worker's attempts */
+  name?: string;
+  operations?: readonly string[] | null;
+  provider?: string | null;
+  /** max_jobs per claim; default 1 */
+  batch?: number;
+  /** each attempt's deadline from the claim, and from each heartbeat; default 30 */
+  timeoutSeconds?: number;
+  /** how long a claim waits for work; default 2 (at most a third of the timeout per claim) */
+  waitSeconds?: number;
+  /** default a third of timeoutSeconds */
+  heartbeatSeconds?: number;
+  /** the first wait before reconnecting; doubles up to reconnectMaxSeconds (default 0.1 and 5) */
+  reconnectMinSeconds?: number;
+  reconnectMaxSeconds?: number;
+  /** once stopped, how long a report is still tried; default 30 */
+  shutdownGraceSeconds?: number;
+  /** default console */
+  logger?: Logger;
+}
+
+export interface RunOptions {
+  /** resolve once claims have found nothing for waitSeconds */
+  untilIdle?: boolean;
+  /** SIGTERM and SIGINT call stop(); default true */
+  handleSignals?: boolean;
+}
+
+export interface WorkerStats {
+  claimed: number;
+  adopted: number;
+  won: number;
+  lost: number;
+  rejected: number;
+  failed: number;
+  released: number;
+  reportErrors: number;
+  heartbeats: number;
+  heartbeatsRefused: number;
+  reconnects: number;
+}
+
+/** Claims jobs, runs the handler on each, reports; heartbeats, reconnects, stops cleanly. */
+export class Worker {
+  constructor(handler: Handler, options?: WorkerOptions);
+  readonly name: string;
+  readonly stats: WorkerStats;
+  readonly stopping: boolean;
+  /** Claim and handle jobs until stop(); resolves to the stats. */
+  run(options?: RunOptions): Promise<WorkerStats>;
+  /** Let the current job finish and report, claim nothing more. */
+  stop(): void;
+}
+
+/** Thrown by a handler: fail the attempt, retry the job no sooner than retryInSeconds. */
+export class RetryLater extends Error {
+  constructor(message: string, retryInSeconds: number);
+  retryInSeconds: number;
+}
 
 /** Base of every jobguard error; extends pg's DatabaseError. */
 export class JobguardError extends DatabaseError {
@@ -169,10 +268,10 @@ export class InvalidTransition extends JobguardError {
 }
 /** JG007: the attempt already reported a different result. */
 export class ResultMismatch extends JobguardError { attemptId: AttemptId | null; jobId: JobId | null; }
-/** JG008: no job with that id. */
-export class JobNotFound extends JobguardError { jobId: JobId | null; }
-/** JG009: no attempt with that id. */
-export class AttemptNotFound extends JobguardError { attemptId: AttemptId | null; }
+/** JG008: no job with that id; attemptId is set when the number is an attempt's id. */
+export class JobNotFound extends JobguardError { jobId: JobId | null; attemptId: AttemptId | null; }
+/** JG009: no attempt with that id; jobId is set when the number is a job's id. */
+export class AttemptNotFound extends JobguardError { attemptId: AttemptId | null; jobId: JobId | null; }
 /** 22004: a required argument is NULL. */
 export class NullValueNotAllowed extends JobguardError {}
 /** 22023: an empty, too long or out-of-range argument. */

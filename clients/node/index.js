@@ -5,7 +5,8 @@
 // current transaction.  jsonb arguments take any JSON value; ids are
 // numbers (exact: an id beyond 2^53 raises a RangeError rather than being
 // rounded); intervals are given in seconds.  Errors with a jobguard
-// SQLSTATE are thrown as the classes of errors.js.
+// SQLSTATE are thrown as the classes of errors.js.  The Worker (a claim
+// loop) is in worker.js.
 
 const errors = require('./errors');
 
@@ -74,10 +75,13 @@ async function finish(db, attemptId, result) {
   return value(db, 'SELECT jobguard.finish_attempt($1, $2::jsonb) AS v', [attemptId, json(result)]);
 }
 
-// fail: report that the attempt failed; resolves to 'failed'.  claim()
-// begins the job's next attempt no sooner than retryInSeconds from now
-// (default: the operation's retry backoff).
+// fail: report that the attempt failed; resolves to 'failed'.  claim hands
+// the job out again no sooner than retryInSeconds from now (not given: the
+// operation's retry backoff); an explicit beginAttempt is not held back.
 async function fail(db, attemptId, error, { retryInSeconds } = {}) {
+  if (retryInSeconds === undefined || retryInSeconds === null) {
+    return value(db, 'SELECT jobguard.fail_attempt($1, $2) AS v', [attemptId, nul(error)]);
+  }
   return value(db, 'SELECT jobguard.fail_attempt($1, $2, $3::interval) AS v',
     [attemptId, nul(error), seconds(retryInSeconds)]);
 }
@@ -125,38 +129,43 @@ async function awaitJob(db, jobId, timeoutSeconds) {
   return value(db, 'SELECT jobguard.await($1, $2::interval) AS v', [jobId, seconds(timeoutSeconds)]);
 }
 
-// ---------------------------------------------------------------------------
-// The worker side (jobguard 1.1).
-// ---------------------------------------------------------------------------
-
-// claim: begin an attempt on each of up to maxJobs runnable jobs, oldest
-// first; resolves to their rows { attempt_id, job_id, attempt_no,
-// operation, provider, params, deadline } (none when nothing is runnable).
-// waitSeconds > 0 holds the connection while it waits.
+// claim: begin an attempt on each of up to maxJobs runnable jobs (oldest
+// first; operations null: any) for worker, each with a deadline
+// timeoutSeconds from now; resolves to their rows (column names as in SQL),
+// [] when nothing is runnable.  provider: null runs each against its job's
+// own provider; a provider given also takes failovers it is certified for.
+// waitSeconds > 0: wait that long for work (holds the connection meanwhile).
 async function claim(db, { worker, operations, timeoutSeconds = 30, maxJobs = 1, provider,
   waitSeconds = 0 } = {}) {
-  return run(db,
-    'SELECT * FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval)',
-    [nul(worker), nul(operations), seconds(timeoutSeconds), nul(maxJobs), nul(provider),
-      seconds(waitSeconds)]);
+  return run(db, `SELECT attempt_id, job_id, attempt_no, operation, provider, params, deadline
+                    FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval)`,
+  [nul(worker), operations == null ? null : [...operations], seconds(timeoutSeconds),
+    nul(maxJobs), nul(provider), seconds(waitSeconds)]);
 }
 
-// heartbeat: push back a started attempt's deadline by extendBySeconds
-// (default: its own timeout); resolves to the new deadline.
+// heartbeat: push back the deadline of a started attempt that has not timed
+// out, to extendBySeconds from now (default: the timeout it began with);
+// resolves to the new deadline (a Date).  InvalidTransition (JG006) once
+// the attempt is past its deadline.
 async function heartbeat(db, attemptId, extendBySeconds) {
   return value(db, 'SELECT jobguard.heartbeat($1, $2::interval) AS v',
     [attemptId, seconds(extendBySeconds)]);
 }
 
-// submitMany: many submits in one call; resolves to one row per request,
-// in order: { ord, job_id, created, sqlstate, message } — a refused request
-// carries its sqlstate and message (errors.BY_SQLSTATE names its class).
+// submitMany: submit many requests in one statement; resolves to one row
+// per request, in order: { ord, job_id, created, sqlstate, message }.  A
+// refused request is a row with its sqlstate and message (BY_SQLSTATE names
+// the class submit would have thrown), not an error.
 async function submitMany(db, requests) {
   const col = (f) => requests.map((r) => nul(f(r)));
-  return run(db,
-    'SELECT * FROM jobguard.submit_many($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::integer[])',
-    [col((r) => r.ownerId), col((r) => r.idempotencyKey), col((r) => r.operation),
-      requests.map((r) => json(r.params)), col((r) => r.provider), col((r) => r.maxAttempts)]);
+  const limits = requests.map((r) => nul(r.maxAttempts));
+  return run(db, `SELECT ord, job_id, created, sqlstate, message
+                    FROM jobguard.submit_many($1::text[], $2::text[], $3::text[], $4::jsonb[],
+                                              $5::text[], $6::integer[])
+                   ORDER BY ord`,
+  [col((r) => r.ownerId), col((r) => r.idempotencyKey), col((r) => r.operation),
+    requests.map((r) => json(r.params)), col((r) => r.provider),
+    limits.every((m) => m === null) ? null : limits]);
 }
 
 module.exports = {
@@ -164,3 +173,6 @@ module.exports = {
   jobState, job, attempts, attempt, awaitJob, claim, heartbeat, submitMany,
   ...errors,
 };
+// the worker loop (worker.js uses the functions above, so it comes last)
+const { Worker, RetryLater } = require('./worker');
+Object.assign(module.exports, { Worker, RetryLater });

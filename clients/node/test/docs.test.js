@@ -1,16 +1,20 @@
 'use strict';
-// doc/clients.md's Node example is examples/quickstart.js, verbatim, and it
-// runs as the doc says.
+// doc/clients.md's Node examples are examples/quickstart.js and
+// examples/worker.js, verbatim, and they run as the doc says (the worker: a
+// retry after RetryLater, and a clean stop on SIGTERM).
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const path = require('node:path');
-const { execFile } = require('node:child_process');
+const { execFile, spawn } = require('node:child_process');
+const { randomUUID } = require('node:crypto');
 const { promisify } = require('node:util');
+const jg = require('..');
 const { setUp, tearDown } = require('../testlib');
 
 const DOC = path.join(__dirname, '..', '..', '..', 'doc', 'clients.md');
 const EXAMPLE = path.join(__dirname, '..', 'examples', 'quickstart.js');
+const WORKER = path.join(__dirname, '..', 'examples', 'worker.js');
 const DB = 'jg_client_node_docs';
 
 // docBlock: the fenced code block that follows the HTML comment marker.
@@ -38,5 +42,61 @@ test('the example runs', async () => {
     assert.match(lines[1], /^key reused: job \d+ differs in params$/);
   } finally {
     await tearDown(pool, DB);
+  }
+});
+
+test('the doc worker example is the tested file', () => {
+  assert.equal(docBlock('<!-- example: clients/node/examples/worker.js -->'),
+    fs.readFileSync(WORKER, 'utf8'));
+});
+
+// waitFor: poll check() until it is true, failing after ms
+async function waitFor(check, ms, what) {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    assert.ok(Date.now() < end, `timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+test('the worker example retries a busy job and stops cleanly on SIGTERM', async () => {
+  const db = `${DB}_worker`;
+  const pool = await setUp(db);
+  try {
+    const states = async (jobId) => (await jg.attempts(pool, jobId)).map((a) => a.state);
+    const { jobId: busy } = await jg.submit(pool, { ownerId: 'shop', idempotencyKey: randomUUID(),
+      operation: 'send-email', params: { to: 'ann@example.com', busy: true }, provider: 'smtp' });
+    const child = spawn(process.execPath, [WORKER], { env: { ...process.env, PGDATABASE: db } });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d) => { out += d; });
+    child.stderr.on('data', (d) => { err += d; });
+    const exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
+    try {
+      await waitFor(async () => (await states(busy)).join() === 'failed,succeeded', 15000,
+        'the retried job');
+      const slow = (await jg.submitMany(pool, [0, 1, 2].map((i) => ({ ownerId: 'shop',
+        idempotencyKey: randomUUID(), operation: 'send-email',
+        params: { to: `u${i}@example.com`, seconds: 1.5 }, provider: 'smtp' }))))
+        .map((r) => r.job_id);   // one statement: one batch
+      await waitFor(async () => (await states(slow[0])).join() === 'started', 10000,
+        'the first slow job to start');
+      await new Promise((r) => setTimeout(r, 300));
+      child.kill('SIGTERM');
+      const { code, signal } = await exited;
+      assert.deepEqual([code, signal], [0, null], err);
+      assert.deepEqual(out.trim().split('\n').filter((l) => l.startsWith('sent ')), [`sent ${busy} to ann@example.com`,
+        `sent ${slow[0]} to u0@example.com`]);
+      const after = [];
+      for (const jobId of slow) after.push(await states(jobId));
+      assert.deepEqual(after, [['succeeded'], ['cancelled'], ['cancelled']]);
+      assert.deepEqual((await jg.job(pool, busy)).result, { sent_to: 'ann@example.com' });
+      assert.match(out + err, /SIGTERM received/);
+      assert.equal((await jg.attempts(pool, busy))[0].error, 'RetryLater: mail server busy');
+    } finally {
+      child.kill('SIGKILL');
+    }
+  } finally {
+    await tearDown(pool, db);
   }
 });

@@ -2,7 +2,7 @@
 // as it is used, and the type checker refuses what it must refuse.
 import { Pool } from 'pg';
 import * as jobguard from '..';
-import type { AttemptId, JobId, Outcome, JobState } from '..';
+import type { AttemptId, Claimed, JobId, Outcome, JobState, SubmitOutcome, WorkerStats } from '..';
 
 // usage: the calls a typed application makes, with the types they get.
 async function usage(pool: Pool): Promise<void> {
@@ -44,4 +44,50 @@ async function usage(pool: Pool): Promise<void> {
   void created; void outcome; void state; void winner; void wrong;
 }
 
+// usage11: the 1.1 calls and the Worker, with the types they get.
+async function usage11(pool: Pool): Promise<void> {
+  const claimed: Claimed[] = await jobguard.claim(pool, { worker: 'w1', operations: ['charge'],
+    timeoutSeconds: 30, maxJobs: 10, waitSeconds: 5 });
+  for (const c of claimed) {
+    const deadline: Date = await jobguard.heartbeat(pool, c.attempt_id, 60);
+    await jobguard.fail(pool, c.attempt_id, 'HTTP 503', { retryInSeconds: 10 });
+    void deadline;
+  }
+  const rows: SubmitOutcome[] = await jobguard.submitMany(pool, [
+    { ownerId: 'a', idempotencyKey: 'k', operation: 'o', params: {}, provider: 'p' }]);
+  for (const r of rows) {
+    if (r.sqlstate === null) {
+      const id: JobId = r.job_id;            // accepted: always a job
+      void id;
+    } else {
+      const existing: JobId | null = r.job_id;   // refused: the existing job for JG001
+      const message: string = r.message;
+      void existing; void message;
+    }
+  }
+  const worker = new jobguard.Worker(async (job) => {
+    if (job.attempt_no === 1) throw new jobguard.RetryLater('busy', 5);
+    return { ok: job.job_id };
+  }, { connection: { database: 'shop' }, operations: ['charge'], batch: 10, timeoutSeconds: 30 });
+  const stats: WorkerStats = await worker.run({ handleSignals: true });
+  worker.stop();
+  try {
+    await jobguard.cancelJob(pool, claimed[0].job_id, 'r');
+  } catch (err) {
+    if (err instanceof jobguard.JobNotFound) {
+      const other: AttemptId | null = err.attemptId;
+      void other;
+    }
+  }
+
+  // @ts-expect-error a heartbeat takes an attempt id, not a job id
+  await jobguard.heartbeat(pool, claimed[0].job_id);
+  // @ts-expect-error claim needs the worker's name
+  await jobguard.claim(pool, { maxJobs: 1 });
+  // @ts-expect-error retryInSeconds is a number of seconds
+  await jobguard.fail(pool, claimed[0].attempt_id, 'e', { retryInSeconds: '10s' });
+  void stats;
+}
+
 void usage;
+void usage11;

@@ -274,17 +274,18 @@ def test_the_worker_side(conn: Conn) -> None:
         jobguard.Request("dora", "m1", op, {"n": 2}, "main-psp"),
         jobguard.Request(None, "m2", op, {}, "main-psp"),  # type: ignore[arg-type]
     ])
-    assert [(r["ord"], r["created"], r["sqlstate"]) for r in rows] == [
+    assert [(r.ord, r.created, r.sqlstate) for r in rows] == [
         (1, True, None), (2, False, None), (3, False, "JG001"), (4, False, "22004")]
-    assert rows[1]["job_id"] == rows[0]["job_id"]
-    assert jobguard.BY_SQLSTATE[rows[2]["sqlstate"]] is IdempotencyKeyReused
+    assert rows[1].job_id == rows[0].job_id
+    assert rows[2].sqlstate is not None
+    assert jobguard.BY_SQLSTATE[rows[2].sqlstate] is IdempotencyKeyReused
 
     [c] = jobguard.claim(conn, "py-1", operations=[op], timeout=60, max_jobs=5)
-    assert c["job_id"] == rows[0]["job_id"]
+    assert c.job_id == rows[0].job_id
     assert jobguard.claim(conn, "py-2", operations=[op]) == []
-    deadline = jobguard.heartbeat(conn, c["attempt_id"], timedelta(hours=1))
+    deadline = jobguard.heartbeat(conn, c.attempt_id, timedelta(hours=1))
     assert deadline.timestamp() - time.time() > 3500
-    assert jobguard.fail(conn, c["attempt_id"], "busy", retry_in=3600) == "failed"
+    assert jobguard.fail(conn, c.attempt_id, "busy", retry_in=3600) == "failed"
     assert jobguard.claim(conn, "py-1", operations=[op]) == []
     with pytest.raises(InvalidTransition):
-        jobguard.heartbeat(conn, c["attempt_id"])
+        jobguard.heartbeat(conn, c.attempt_id)

@@ -1,22 +1,30 @@
-"""doc/clients.md's Python example is examples/quickstart.py, verbatim, and
-it runs as the doc says; its PL/pgSQL block runs too, and the form the doc
-warns about fails."""
+"""doc/clients.md's Python examples are examples/quickstart.py and
+examples/worker.py, verbatim, and they run as the doc says (the worker: a
+retry after RetryLater, and a clean stop on SIGTERM); its PL/pgSQL block
+runs too, and the form the doc warns about fails."""
 
 from __future__ import annotations
 
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+import time
+import uuid
+from typing import Any, Callable, List
 
 import psycopg
 import pytest
+
+import jobguard
 
 HERE = pathlib.Path(__file__).resolve().parent
 CLIENT = HERE.parent
 DOC = CLIENT.parent.parent / "doc" / "clients.md"
 EXAMPLE = CLIENT / "examples" / "quickstart.py"
+WORKER = CLIENT / "examples" / "worker.py"
 
 
 def doc_block(marker: str) -> str:
@@ -30,6 +38,65 @@ def doc_block(marker: str) -> str:
 def test_doc_example_is_the_tested_file() -> None:
     """The doc's Python block is examples/quickstart.py."""
     assert doc_block("<!-- example: clients/python/examples/quickstart.py -->") == EXAMPLE.read_text()
+
+
+def test_doc_worker_example_is_the_tested_file() -> None:
+    """The doc's worker block is examples/worker.py."""
+    assert doc_block("<!-- example: clients/python/examples/worker.py -->") == WORKER.read_text()
+
+
+def example_env(database: str) -> dict[str, str]:
+    """The environment an example runs in: the test database, the client's source."""
+    return {**os.environ, "PGDATABASE": database,
+            "PYTHONPATH": str(CLIENT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def wait_for(check: Callable[[], Any], seconds: float, what: str) -> Any:
+    """Poll check() until it returns something true, and return that."""
+    end = time.monotonic() + seconds
+    while not (value := check()):
+        assert time.monotonic() < end, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def test_worker_example_retries_and_stops_on_sigterm(database: str) -> None:
+    """examples/worker.py retries a busy job after RetryLater's 2 s; on
+    SIGTERM during a 1.5 s job it finishes that job, hands back the rest of
+    its batch, claims nothing more and exits 0."""
+    with psycopg.connect(dbname=database, autocommit=True) as c:
+        def submit(params: dict[str, Any]) -> int:
+            """Submit one send-email job; its id."""
+            return jobguard.submit(c, "shop", uuid.uuid4().hex, "send-email", params,
+                                   "smtp").job_id
+
+        def states(job_id: int) -> List[str]:
+            """The states of the job's attempts, in order."""
+            return [a["state"] for a in jobguard.attempts(c, job_id)]  # type: ignore[arg-type]
+
+        busy = submit({"to": "ann@example.com", "busy": True})
+        proc = subprocess.Popen([sys.executable, str(WORKER)], env=example_env(database),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: states(busy) == ["failed", "succeeded"], 15, "the retried job")
+            slow = [o.job_id for o in jobguard.submit_many(c, [  # one statement: one batch
+                jobguard.Request("shop", uuid.uuid4().hex, "send-email",
+                                 {"to": f"u{i}@example.com", "seconds": 1.5}, "smtp")
+                for i in range(3)])]
+            wait_for(lambda: states(slow[0]) == ["started"], 10, "the first slow job to start")
+            time.sleep(0.3)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, err
+        assert out.splitlines() == [f"sent {busy} to ann@example.com",
+                                    f"sent {slow[0]} to u0@example.com"], out
+        assert [states(j) for j in slow] == [["succeeded"], ["cancelled"], ["cancelled"]]
+        assert jobguard.job(c, busy)["result"] == {"sent_to": "ann@example.com"}  # type: ignore[arg-type]
+        assert "SIGTERM received" in err
+        a1, a2 = jobguard.attempts(c, busy)  # type: ignore[arg-type]
+        assert a1["error"] == "RetryLater: mail server busy"
 
 
 def test_quickstart_runs(database: str) -> None:

@@ -1,11 +1,12 @@
 """jobguard for Python: the jobguard SQL API on psycopg 3, with one
-exception class per jobguard SQLSTATE and distinct job and attempt id types.
+exception class per jobguard SQLSTATE, distinct job and attempt id types,
+and a worker loop on claim (``Worker``).
 
 Importing this package registers the exception classes with psycopg.
 """
 
-from .api import (Attempt, Claimed, Job, JobState, AttemptState, Outcome, Request, Seconds,
-                  SubmitOutcome, Submitted, attempts, await_job, begin_attempt, cancel_attempt,
+from .api import (Attempt, AttemptState, Claimed, Job, JobState, Outcome, Request, Seconds,
+                  Submitted, SubmitOutcome, attempts, await_job, begin_attempt, cancel_attempt,
                   cancel_job, claim, fail, finish, heartbeat, job, job_state, mark_unknown,
                   submit, submit_many)
 from .errors import (BY_SQLSTATE, AttemptInFlight, AttemptNotFound, AttemptsExhausted,
@@ -13,15 +14,17 @@ from .errors import (BY_SQLSTATE, AttemptInFlight, AttemptNotFound, AttemptsExha
                      JobguardError, JobNotFound, NullValueNotAllowed, ProviderNotCertified,
                      ResultMismatch, translate)
 from .ids import AttemptId, JobId
+from .worker import Handler, RetryLater, Worker, WorkerStats
 
-__version__ = "1.0.0"
+__version__ = "1.1.0"
 
 __all__ = [
     "AttemptId", "JobId", "Submitted", "Job", "Attempt", "JobState", "AttemptState",
-    "Outcome", "Seconds",
+    "Outcome", "Seconds", "Claimed", "Request", "SubmitOutcome",
     "submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
     "cancel_job", "job_state", "job", "attempts", "await_job",
-    "Claimed", "SubmitOutcome", "Request", "claim", "heartbeat", "submit_many",
+    "claim", "heartbeat", "submit_many",
+    "Worker", "WorkerStats", "RetryLater", "Handler",
     "JobguardError", "IdempotencyKeyReused", "AttemptInFlight", "JobClosed",
     "ProviderNotCertified", "AttemptsExhausted", "InvalidTransition", "ResultMismatch",
     "JobNotFound", "AttemptNotFound", "NullValueNotAllowed", "InvalidParameterValue",

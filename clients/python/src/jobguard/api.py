@@ -11,20 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Literal, Optional, Sequence, TypedDict, Union
+from typing import Any, Dict, List, Literal, Optional, Sequence, Type, TypedDict, Union
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from .errors import translate
+from .errors import BY_SQLSTATE, translate
 from .ids import AttemptId, JobId
 
 __all__ = [
     "Submitted", "Job", "Attempt", "JobState", "AttemptState", "Outcome", "Seconds",
+    "Claimed", "Request", "SubmitOutcome",
     "submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
     "cancel_job", "job_state", "job", "attempts", "await_job",
-    "Claimed", "SubmitOutcome", "Request", "claim", "heartbeat", "submit_many",
+    "claim", "heartbeat", "submit_many",
 ]
 
 JobState = Literal["pending", "running", "unknown", "succeeded", "failed", "cancelled"]
@@ -60,6 +61,7 @@ class Job(TypedDict):
     created_at: datetime
     completed_at: Optional[datetime]
     cancelled_at: Optional[datetime]
+    scope: str
 
 
 class Attempt(TypedDict):
@@ -80,6 +82,61 @@ class Attempt(TypedDict):
     lost_result: Any
     cancelled_at: Optional[datetime]
     cancel_reason: Optional[str]
+    worker: Optional[str]
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """One job that ``claim`` handed out, with the attempt begun on it."""
+
+    attempt_id: AttemptId
+    job_id: JobId
+    attempt_no: int
+    operation: str
+    provider: str
+    params: Any
+    deadline: datetime
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request for ``submit_many``: the arguments of ``submit``."""
+
+    owner_id: str
+    idempotency_key: str
+    operation: str
+    params: Any
+    provider: str
+    max_attempts: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class SubmitOutcome:
+    """The outcome of one request of ``submit_many``.
+
+    Accepted: ``sqlstate`` is None, ``created`` says whether this call
+    created the job.  Refused: ``sqlstate`` and ``message`` say why (the
+    error ``submit`` would have raised); ``job_id`` is the existing job for
+    ``JG001`` and None otherwise, and nothing was written."""
+
+    ord: int
+    job_id: Optional[JobId]
+    created: bool
+    sqlstate: Optional[str]
+    message: Optional[str]
+
+    @property
+    def refused(self) -> bool:
+        """True if the request was refused (nothing written for it)."""
+        return self.sqlstate is not None
+
+    @property
+    def error_class(self) -> Optional[Type[psycopg.DatabaseError]]:
+        """The exception class ``submit`` would have raised for this row
+        (``IdempotencyKeyReused`` for JG001, ...), None if accepted."""
+        if self.sqlstate is None:
+            return None
+        return BY_SQLSTATE.get(self.sqlstate, psycopg.DatabaseError)
 
 
 Conn = psycopg.Connection[Any]
@@ -152,10 +209,15 @@ def finish(conn: Conn, attempt_id: AttemptId, result: Any) -> Outcome:
 def fail(conn: Conn, attempt_id: AttemptId, error: str,
          retry_in: Optional[Seconds] = None) -> Literal["failed"]:
     """Report that the attempt failed; the gate opens for the next one.
-    ``claim`` begins it no sooner than ``retry_in`` from now (default: the
-    operation's retry backoff)."""
-    state: Literal["failed"] = _value(conn, "SELECT jobguard.fail_attempt(%s, %s, %s)",
-                                      (attempt_id, error, _interval(retry_in)))
+    ``claim`` hands the job out again no sooner than ``retry_in`` from now
+    (None: the operation's retry backoff; no backoff: at once).  An explicit
+    ``begin_attempt`` is not held back."""
+    if retry_in is None:  # the two-argument form: the operation's policy applies
+        state: Literal["failed"] = _value(conn, "SELECT jobguard.fail_attempt(%s, %s)",
+                                          (attempt_id, error))
+    else:
+        state = _value(conn, "SELECT jobguard.fail_attempt(%s, %s, %s)",
+                       (attempt_id, error, _interval(retry_in)))
     return state
 
 
@@ -205,73 +267,49 @@ def await_job(conn: Conn, job_id: JobId, timeout: Seconds) -> JobState:
     return state
 
 
-# ---------------------------------------------------------------------------
-# The worker side (jobguard 1.1).
-# ---------------------------------------------------------------------------
-
-
-class Claimed(TypedDict):
-    """One row of ``jobguard.claim()``: an attempt begun for this worker."""
-
-    attempt_id: AttemptId
-    job_id: JobId
-    attempt_no: int
-    operation: str
-    provider: str
-    params: Any
-    deadline: datetime
-
-
-class SubmitOutcome(TypedDict):
-    """One row of ``jobguard.submit_many()``: created, replayed, or refused
-    (``sqlstate`` and ``message`` set; ``errors.BY_SQLSTATE`` names its class)."""
-
-    ord: int
-    job_id: Optional[JobId]
-    created: bool
-    sqlstate: Optional[str]
-    message: Optional[str]
-
-
-@dataclass(frozen=True)
-class Request:
-    """One request of ``submit_many``: the arguments of ``submit``."""
-
-    owner_id: str
-    idempotency_key: str
-    operation: str
-    params: Any
-    provider: str
-    max_attempts: Optional[int] = None
-
-
 def claim(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
           timeout: Seconds = 30, max_jobs: int = 1, provider: Optional[str] = None,
           wait: Seconds = 0) -> List[Claimed]:
-    """Begin an attempt on each of up to ``max_jobs`` runnable jobs, oldest
-    first, and return them (none when nothing is runnable).  ``wait`` > 0
-    waits for work (READ COMMITTED or autocommit only)."""
-    return _rows(conn, "SELECT * FROM jobguard.claim(%s, %s, %s, %s, %s, %s)",
+    """Begin an attempt on each of up to ``max_jobs`` runnable jobs (oldest
+    first; ``operations`` None: any) for ``worker``, each with a deadline
+    ``timeout`` from now, and return them; an empty list when nothing is
+    runnable.  ``provider`` None runs each against its job's own provider; a
+    provider given also takes failovers it is certified for.  ``wait`` > 0:
+    wait up to that long for work (READ COMMITTED or autocommit only).
+    Commit promptly: the attempts' deadlines run from the claim."""
+    rows = _rows(conn, """SELECT attempt_id, job_id, attempt_no, operation, provider, params,
+                                 deadline
+                            FROM jobguard.claim(%s, %s::text[], %s, %s, %s, %s)""",
                  (worker, None if operations is None else list(operations),
-                  _interval(timeout), max_jobs, provider,
-                  _interval(wait)))  # type: ignore[return-value]
+                  _interval(timeout), max_jobs, provider, _interval(wait)))
+    return [Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
+                    r["operation"], r["provider"], r["params"], r["deadline"]) for r in rows]
 
 
-def heartbeat(conn: Conn, attempt_id: AttemptId, extend_by: Optional[Seconds] = None) -> datetime:
-    """Push back a started attempt's deadline (``extend_by``, default its
-    own timeout) and return the new deadline; ``InvalidTransition`` once the
-    deadline has passed."""
+def heartbeat(conn: Conn, attempt_id: AttemptId,
+              extend_by: Optional[Seconds] = None) -> datetime:
+    """Push back the deadline of a started attempt that has not timed out to
+    ``extend_by`` from now (None: the timeout it began with); return the new
+    deadline.  Raises ``InvalidTransition`` (JG006) once the attempt is past
+    its deadline (unknown) or no longer started."""
     deadline: datetime = _value(conn, "SELECT jobguard.heartbeat(%s, %s)",
                                 (attempt_id, _interval(extend_by)))
     return deadline
 
 
 def submit_many(conn: Conn, requests: Sequence[Request]) -> List[SubmitOutcome]:
-    """Submit many requests in one call; one row per request, in order."""
-    return _rows(conn,
-                 "SELECT * FROM jobguard.submit_many(%s::text[], %s::text[], %s::text[],"
-                 " %s::jsonb[], %s::text[], %s::integer[])",
+    """Submit many requests in one statement; one outcome per request, in
+    order.  A refused request (JG001, 22004, 22023) is an outcome carrying
+    its SQLSTATE and message, not an exception, and does not stop the
+    others; only a call that is wrong as a whole raises."""
+    limits = [r.max_attempts for r in requests]
+    rows = _rows(conn, """SELECT ord, job_id, created, sqlstate, message
+                            FROM jobguard.submit_many(%s::text[], %s::text[], %s::text[],
+                                                      %s::jsonb[], %s::text[], %s::integer[])
+                           ORDER BY ord""",
                  ([r.owner_id for r in requests], [r.idempotency_key for r in requests],
                   [r.operation for r in requests], [_json(r.params) for r in requests],
                   [r.provider for r in requests],
-                  [r.max_attempts for r in requests]))  # type: ignore[return-value]
+                  None if all(m is None for m in limits) else limits))
+    return [SubmitOutcome(r["ord"], None if r["job_id"] is None else JobId(r["job_id"]),
+                          bool(r["created"]), r["sqlstate"], r["message"]) for r in rows]

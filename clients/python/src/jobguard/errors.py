@@ -191,19 +191,35 @@ class ResultMismatch(JobguardError, code="JG007", name="RESULT_MISMATCH"):
 
 
 class JobNotFound(JobguardError, code="JG008", name="JOB_NOT_FOUND"):
-    """JG008: no job with that id."""
+    """JG008: no job with that id.
+
+    ``attempt_id`` is set when the number given is an attempt's id (the
+    DETAIL "N is the id of an attempt, not of a job."): an attempt id was
+    passed where a job id belongs."""
 
     condition = "job_not_found"
     job_id: Optional[JobId]
-    _fields = [("job_id", "message", r"^job (\d+) does not exist", _job)]
+    attempt_id: Optional[AttemptId]
+    _fields = [
+        ("job_id", "message", r"^job (\d+) does not exist", _job),
+        ("attempt_id", "detail", r"^(\d+) is the id of an attempt, not of a job\.", _attempt),
+    ]
 
 
 class AttemptNotFound(JobguardError, code="JG009", name="ATTEMPT_NOT_FOUND"):
-    """JG009: no attempt with that id."""
+    """JG009: no attempt with that id.
+
+    ``job_id`` is set when the number given is a job's id (the DETAIL "N is
+    the id of a job, not of an attempt."): a job id was passed where an
+    attempt id belongs."""
 
     condition = "attempt_not_found"
     attempt_id: Optional[AttemptId]
-    _fields = [("attempt_id", "message", r"^attempt (\d+) does not exist", _attempt)]
+    job_id: Optional[JobId]
+    _fields = [
+        ("attempt_id", "message", r"^attempt (\d+) does not exist", _attempt),
+        ("job_id", "detail", r"^(\d+) is the id of a job, not of an attempt\.", _job),
+    ]
 
 
 # psycopg's own classes for the two standard codes jobguard raises

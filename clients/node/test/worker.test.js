@@ -1,0 +1,198 @@
+'use strict';
+// The Worker against a real jobguard: several workers drain a queue while
+// their connections are killed, heartbeats keep a long handler's attempt,
+// handler errors become failed attempts retried per backoff, a lost claim
+// is picked up again, and a restart of the server is survived.  (SIGTERM:
+// see docs.test.js, which runs the documented example as a process.)
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { randomUUID } = require('node:crypto');
+const { exec } = require('node:child_process');
+const { promisify } = require('node:util');
+const { Pool } = require('pg');
+const jg = require('..');
+const { setUp, tearDown } = require('../testlib');
+
+const DB = 'jg_client_node_worker';
+let pool;
+test.before(async () => {
+  pool = await setUp(DB);
+  pool.on('error', () => {});   // its idle connections die in the restart test
+});
+test.after(async () => { await tearDown(pool, DB); });
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+// quiet: a logger that keeps the lines instead of printing them
+const quiet = () => { const lines = []; const keep = (m) => lines.push(m);
+  return { lines, info: keep, warn: keep, error: keep }; };
+
+// freshOp: a new operation (claims see only this test's jobs), with an
+// open contract and the given retry backoff
+async function freshOp(backoff = null) {
+  const op = `op-${randomUUID().slice(0, 12)}`;
+  await pool.query(`SELECT jobguard.define_operation($1, '{"type": "object"}', $2::interval)`,
+    [op, backoff]);
+  return op;
+}
+
+// submitN: n jobs of operation op, in one submitMany; their ids
+async function submitN(op, n) {
+  const rows = await jg.submitMany(pool, Array.from({ length: n }, (_, i) => ({
+    ownerId: 'alice', idempotencyKey: randomUUID(), operation: op, params: { n: i },
+    provider: 'main-psp' })));
+  return rows.map((r) => r.job_id);
+}
+
+// worker: a Worker on the test database that logs quietly
+const worker = (handler, options) => new jg.Worker(handler,
+  { connection: { database: DB }, logger: quiet(), ...options });
+
+// waitFor: poll check() until it is true, failing after ms
+async function waitFor(check, ms, what) {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    assert.ok(Date.now() < end, `timed out waiting for ${what}`);
+    await sleep(50);
+  }
+}
+
+// assertOneSuccessEach: every job has exactly one attempt, succeeded
+async function assertOneSuccessEach(db, jobs) {
+  for (const jobId of jobs) {
+    const states = (await jg.attempts(db, jobId)).map((a) => a.state);
+    assert.deepEqual(states, ['succeeded'], `job ${jobId}`);
+    assert.equal(await jg.jobState(db, jobId), 'succeeded');
+  }
+}
+
+test('4 workers drain 120 jobs through killed connections: one success each', async () => {
+  const op = await freshOp();
+  const jobs = await submitN(op, 120);
+  const calls = new Map();
+  const handler = async (job) => {
+    calls.set(job.job_id, (calls.get(job.job_id) || 0) + 1);
+    await sleep(10);
+    return { done: job.params.n };
+  };
+  const prefix = `drain-${randomUUID().slice(0, 6)}`;
+  const workers = Array.from({ length: 4 }, (_, i) => worker(handler, { name: `${prefix}-${i}`,
+    operations: [op], batch: 5, waitSeconds: 1, reconnectMinSeconds: 0.05 }));
+  const running = workers.map((w) => w.run({ untilIdle: true, handleSignals: false }));
+  let finished = false;
+  Promise.all(running).finally(() => { finished = true; });
+  let kills = 0;
+  while (!finished && kills < 6) {
+    await sleep(200);
+    const { rows: [{ n }] } = await pool.query(`SELECT count(*)::int AS n FROM (
+      SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+       WHERE application_name LIKE $1 ORDER BY random() LIMIT 1) t`, [`${prefix}%`]);
+    kills += n;
+  }
+  const stats = await Promise.all(running);
+  assert.ok(kills >= 3, `only ${kills} backends terminated`);
+  await assertOneSuccessEach(pool, jobs);
+  assert.deepEqual([...calls.keys()].sort((a, b) => a - b), jobs);
+  assert.ok([...calls.values()].every((n) => n === 1));
+  const total = (k) => stats.reduce((sum, s) => sum + s[k], 0);
+  assert.deepEqual([total('won'), total('failed'), total('reportErrors')], [120, 0, 0]);
+  assert.equal(total('claimed') + total('adopted'), 120);
+  assert.ok(total('reconnects') >= 1);
+});
+
+test('heartbeats keep a long handler in time; without them it goes unknown', async () => {
+  const seen = {};
+  const handler = async (job) => {
+    await sleep(2500);
+    const { rows: [{ state }] } = await pool.query(
+      'SELECT state FROM jobguard.attempt_overview WHERE attempt_id = $1', [job.attempt_id]);
+    seen[job.operation] = state;
+    return {};
+  };
+  const beating = await freshOp();
+  const rare = await freshOp();
+  const [jobBeating] = await submitN(beating, 1);
+  const [jobRare] = await submitN(rare, 1);
+  const w1 = worker(handler, { operations: [beating], timeoutSeconds: 1, heartbeatSeconds: 0.25,
+    waitSeconds: 0 });
+  const w2 = worker(handler, { operations: [rare], timeoutSeconds: 1, heartbeatSeconds: 30,
+    waitSeconds: 0 });
+  const [s1, s2] = await Promise.all([w1.run({ untilIdle: true, handleSignals: false }),
+    w2.run({ untilIdle: true, handleSignals: false })]);
+  assert.deepEqual(seen, { [beating]: 'started', [rare]: 'unknown' });
+  assert.ok(s1.heartbeats >= 5, `${s1.heartbeats} heartbeats`);
+  assert.equal(s1.heartbeatsRefused, 0);
+  assert.equal(s2.heartbeats, 0);
+  assert.deepEqual([s1.won, s2.won], [1, 1]);   // a late result still wins the free slot
+  assert.equal(await jg.jobState(pool, jobBeating), 'succeeded');
+  assert.equal(await jg.jobState(pool, jobRare), 'succeeded');
+});
+
+test('handler errors fail the attempt; the retry waits for the backoff or retryInSeconds', async () => {
+  const op = await freshOp('0.5 seconds');
+  const [plain, later] = await submitN(op, 2);
+  const called = new Map([[plain, []], [later, []]]);
+  const handler = async (job) => {
+    called.get(job.job_id).push(Date.now());
+    if (job.attempt_no === 1 && job.job_id === plain) throw new TypeError('card declined');
+    if (job.attempt_no === 1) throw new jg.RetryLater('provider busy', 1.2);
+    return { attempt: job.attempt_no };
+  };
+  const w = worker(handler, { operations: [op], batch: 2, waitSeconds: 2 });
+  const stats = await w.run({ untilIdle: true, handleSignals: false });
+  assert.deepEqual([stats.failed, stats.won], [2, 2]);
+  for (const [jobId, error, gapMs] of [[plain, 'TypeError: card declined', 500],
+    [later, 'RetryLater: provider busy', 1200]]) {
+    const [a1, a2] = await jg.attempts(pool, jobId);
+    assert.deepEqual([a1.state, a1.error, a2.state], ['failed', error, 'succeeded']);
+    const [first, second] = called.get(jobId);
+    assert.ok(second - first >= gapMs, `retried after ${second - first} ms`);
+    assert.deepEqual((await jg.job(pool, jobId)).result, { attempt: 2 });
+  }
+});
+
+test("a claim whose answer was lost is picked up by the worker's name", async () => {
+  const op = await freshOp();
+  const jobs = await submitN(op, 2);
+  const name = `adopt-${randomUUID().slice(0, 6)}`;
+  const lost = await jg.claim(pool, { worker: name, operations: [op], maxJobs: 2 });
+  const handled = [];
+  const w = worker(async (job) => { handled.push(job.attempt_id); return {}; },
+    { name, operations: [op], waitSeconds: 0 });
+  const stats = await w.run({ untilIdle: true, handleSignals: false });
+  assert.deepEqual(handled, lost.map((c) => c.attempt_id));
+  assert.deepEqual([stats.adopted, stats.claimed, stats.won], [2, 0, 2]);
+  await assertOneSuccessEach(pool, jobs);
+});
+
+test('the worker survives a restart of the server', {
+  skip: !process.env.JOBGUARD_TEST_RESTART && 'JOBGUARD_TEST_RESTART (set by make test) says how to restart the cluster',
+}, async () => {
+  const op = await freshOp();
+  const jobs = await submitN(op, 40);
+  const done = [];
+  const w = worker(async (job) => { await sleep(30); done.push(job.job_id); return {}; },
+    { operations: [op], batch: 4, waitSeconds: 0.5, reconnectMaxSeconds: 1 });
+  const running = w.run({ handleSignals: false });
+  const fresh = new Pool({ database: DB, max: 1 });
+  fresh.on('error', () => {});
+  try {
+    await waitFor(() => done.length >= 8, 20000, '8 jobs before the restart');
+    await promisify(exec)(process.env.JOBGUARD_TEST_RESTART);
+    await waitFor(async () => {
+      try {
+        const { rows: [{ n }] } = await fresh.query(`SELECT count(*)::int AS n FROM jobguard.job_overview
+          WHERE operation = $1 AND state = 'succeeded'`, [op]);
+        return n === jobs.length;
+      } catch (err) {
+        return false;
+      }
+    }, 60000, 'all jobs after the restart');
+  } finally {
+    w.stop();
+    await running;
+  }
+  assert.ok(w.stats.reconnects >= 1);
+  assert.equal(w.stats.reportErrors, 0);
+  await assertOneSuccessEach(fresh, jobs);
+  await fresh.end();
+});

@@ -1,0 +1,368 @@
+'use strict';
+// A worker loop on jobguard.claim().  new Worker(handler, options).run()
+// claims jobs (a batch at a time, waiting for work when there is none),
+// awaits handler(job) for each and reports: the resolved value is the
+// result (finish), a rejection fails the attempt (fail; a RetryLater, or
+// any error with a numeric retryInSeconds, holds the retry back that long).
+// While a batch is held, its attempts are heartbeaten on a second pooled
+// connection, so a long handler keeps its attempt.  A lost connection is
+// opened again with backoff; a report is repeated on the new connection
+// (finish with an equal result is idempotent), and attempts that a lost
+// claim began are found again by the worker's name and run.  stop() (or
+// SIGTERM / SIGINT) lets the current job finish and report, hands the rest
+// of the batch back (cancel_attempt) and makes run() resolve.
+
+const os = require('node:os');
+const crypto = require('node:crypto');
+const { Pool } = require('pg');
+const api = require('./index');
+const { InvalidTransition, AttemptNotFound } = require('./errors');
+
+// the longest error text a failed attempt records
+const MAX_ERROR = 4000;
+
+// RetryLater: thrown by a handler to fail the attempt and have claim hand
+// the job out again no sooner than retryInSeconds.
+class RetryLater extends Error {
+  // message: the attempt's error; retryInSeconds: the delay before a retry
+  constructor(message, retryInSeconds) {
+    super(message);
+    this.name = 'RetryLater';
+    this.retryInSeconds = retryInSeconds;
+  }
+}
+
+// Lost: the connection broke during a statement that is not repeated blindly.
+class Lost extends Error {}
+// GaveUp: the server could not be reached and the worker stopped waiting for it.
+class GaveUp extends Error {}
+
+// SQLSTATEs that mean the connection is gone or the server is not taking
+// connections: connection exceptions (08), admin/crash shutdown, starting up
+const CONNECTION_STATES = /^(08|57P01|57P02|57P03)/;
+
+// isConnectionError: whether err means "no connection" (rather than a
+// refusal of the statement by the server).
+function isConnectionError(err) {
+  if (!err || typeof err !== 'object') return false;
+  if (err.severity !== undefined) return CONNECTION_STATES.test(String(err.code || ''));
+  if (typeof err.code === 'string' && /^E[A-Z]+$/.test(err.code)) return true;  // ECONNREFUSED, ...
+  return /Connection terminated|connection error|not queryable|timeout exceeded when trying to connect/i
+    .test(String(err.message || ''));
+}
+
+// sleep: resolve after ms milliseconds.
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+class Worker {
+  // handler: async (job) => result, job a claim row (attempt_id, job_id,
+  // attempt_no, operation, provider, params, deadline).  options:
+  // connection (pg pool options; the PG* environment fills in the rest) or
+  // pool (one of your own, used as is); name (recorded on each attempt;
+  // default host, pid and a random part — give a stable one so that a
+  // restarted worker picks up its own open attempts); operations, provider,
+  // batch (max_jobs), timeoutSeconds and waitSeconds for claim;
+  // heartbeatSeconds (default a third of the timeout); reconnectMinSeconds
+  // doubling up to reconnectMaxSeconds; shutdownGraceSeconds (how long a
+  // report is tried once stopped); logger (info/warn/error, default console).
+  constructor(handler, { connection = {}, pool, name, operations = null, provider = null,
+    batch = 1, timeoutSeconds = 30, waitSeconds = 2, heartbeatSeconds, reconnectMinSeconds = 0.1,
+    reconnectMaxSeconds = 5, shutdownGraceSeconds = 30, logger = console } = {}) {
+    if (typeof handler !== 'function') throw new TypeError('handler must be a function');
+    if (!(batch >= 1)) throw new RangeError('batch must be at least 1');
+    if (!(timeoutSeconds > 0) || !(waitSeconds >= 0)) {
+      throw new RangeError('timeoutSeconds must be positive, waitSeconds not negative');
+    }
+    this.handler = handler;
+    this.name = name || `${os.hostname()}:${process.pid}:${crypto.randomBytes(4).toString('hex')}`;
+    this.operations = operations;
+    this.provider = provider;
+    this.batch = batch;
+    this.timeoutSeconds = timeoutSeconds;
+    this.waitSeconds = waitSeconds;
+    this.heartbeatSeconds = heartbeatSeconds ?? timeoutSeconds / 3;
+    if (!(this.heartbeatSeconds > 0)) throw new RangeError('heartbeatSeconds must be positive');
+    this.reconnectMin = reconnectMinSeconds * 1000;
+    this.reconnectMax = reconnectMaxSeconds * 1000;
+    this.shutdownGrace = shutdownGraceSeconds * 1000;
+    this.logger = logger;
+    this.ownPool = !pool;
+    // two connections: the loop's statements and the heartbeats
+    this.pool = pool || new Pool({ max: 2, idleTimeoutMillis: 0, ...connection,
+      application_name: `${this.name} (jobguard worker)`.slice(0, 63) });
+    this.onPoolError = (err) => {
+      this.lost++;
+      this.logger.warn(`${this.name}: idle connection lost: ${err.message}`);
+    };
+    // a new connection: count it as a reconnect if one was lost before, and
+    // look for attempts a lost claim may have begun
+    this.onPoolConnect = () => {
+      if (this.lost > 0) { this.stats.reconnects++; this.lost = 0; }
+      this.fresh = true;
+    };
+    this.pool.on('error', this.onPoolError);
+    this.pool.on('connect', this.onPoolConnect);
+    this.lost = 0;              // connections lost since the last new one
+    this.fresh = true;          // look for own open attempts before the next claim
+    this.held = new Map();      // attempt_id -> job: claimed, not yet reported
+    this.refused = new Set();   // attempts whose heartbeat was refused
+    this.stopping = false;
+    this.stoppedAt = 0;
+    this.stats = { claimed: 0, adopted: 0, won: 0, lost: 0, rejected: 0, failed: 0, released: 0,
+      reportErrors: 0, heartbeats: 0, heartbeatsRefused: 0, reconnects: 0 };
+  }
+
+  // stop: the current job finishes and reports, nothing more is claimed.
+  stop() {
+    if (!this.stopping) {
+      this.stopping = true;
+      this.stoppedAt = Date.now();
+    }
+  }
+
+  // run: claim and handle jobs until stop() (or, with untilIdle, until
+  // claims found nothing for waitSeconds); resolves to the stats.
+  // handleSignals: SIGTERM and SIGINT call stop(); a second one is left to
+  // its default action.
+  async run({ untilIdle = false, handleSignals = true } = {}) {
+    const onSignal = (sig) => {
+      if (this.stopping) {
+        process.removeListener('SIGTERM', onSignal);
+        process.removeListener('SIGINT', onSignal);
+        process.kill(process.pid, sig);
+        return;
+      }
+      this.logger.info(`${this.name}: ${sig} received, stopping after the current job`);
+      this.stop();
+    };
+    if (handleSignals) {
+      process.on('SIGTERM', onSignal);
+      process.on('SIGINT', onSignal);
+    }
+    const beating = this.beatLoop();
+    try {
+      let idleSince = Date.now();
+      let pause = this.reconnectMin;
+      while (!this.stopping) {
+        let jobs;
+        try {
+          jobs = await this.nextJobs();
+          pause = this.reconnectMin;
+        } catch (err) {
+          if (err instanceof GaveUp) break;
+          if (!(err instanceof Lost)) throw err;
+          this.logger.warn(`${this.name}: connection lost (${err.message}); again in ${pause} ms`);
+          await sleep(pause);
+          pause = Math.min(pause * 2, this.reconnectMax);
+          continue;
+        }
+        if (jobs.length > 0) {
+          await this.runBatch(jobs);
+          idleSince = Date.now();
+        } else if (untilIdle && Date.now() - idleSince >= this.waitSeconds * 1000) {
+          break;
+        }
+      }
+    } finally {
+      this.beatStop = true;
+      if (this.beatWake) this.beatWake();
+      await beating;
+      if (handleSignals) {
+        process.removeListener('SIGTERM', onSignal);
+        process.removeListener('SIGINT', onSignal);
+      }
+      this.pool.removeListener('connect', this.onPoolConnect);
+      if (this.ownPool) await this.pool.end();
+      else this.pool.removeListener('error', this.onPoolError);
+    }
+    return this.stats;
+  }
+
+  // mainGivesUp: once stopped, stop reconnecting at once if nothing is
+  // held, else after shutdownGraceSeconds.
+  mainGivesUp() {
+    return this.stopping && (this.held.size === 0 || Date.now() - this.stoppedAt > this.shutdownGrace);
+  }
+
+  // call: fn() on the pool.  When the connection is lost: with retry, wait
+  // (backoff) and call again (fn gets the number of earlier tries), else
+  // throw Lost.  Other errors are thrown as they are.
+  async call(fn, { retry, givesUp = () => this.mainGivesUp() }) {
+    let delay = this.reconnectMin;
+    for (let tries = 0; ; tries++) {
+      try {
+        return await fn(tries);
+      } catch (err) {
+        if (!isConnectionError(err)) throw err;
+        this.lost++;
+        if (!retry) throw new Lost(err.message);
+        if (givesUp()) throw new GaveUp(err.message);
+        this.logger.warn(`${this.name}: connection lost (${err.message}); again in ${delay} ms`);
+        await sleep(delay);
+        delay = Math.min(delay * 2, this.reconnectMax);
+      }
+    }
+  }
+
+  // nextJobs: after a new connection, this worker's own open attempts that
+  // it does not hold (a claim whose answer was lost); otherwise a claim.
+  async nextJobs() {
+    if (this.fresh) {
+      this.fresh = false;
+      let adopted;
+      try {
+        adopted = await this.call(() => this.ownOpenAttempts(), { retry: false });
+      } catch (err) {
+        this.fresh = true;
+        throw err;
+      }
+      if (adopted.length > 0) {
+        this.stats.adopted += adopted.length;
+        this.logger.info(`${this.name}: picked up ${adopted.length} open attempts of its own`);
+        return adopted;
+      }
+    }
+    // claim dates the deadlines from the start of its statement, wait
+    // included: wait at most a third of the timeout per claim
+    const waitSeconds = Math.min(this.waitSeconds, this.timeoutSeconds / 3);
+    const jobs = await this.call(() => api.claim(this.pool, { worker: this.name,
+      operations: this.operations, timeoutSeconds: this.timeoutSeconds, maxJobs: this.batch,
+      provider: this.provider, waitSeconds }), { retry: false });
+    this.stats.claimed += jobs.length;
+    return jobs;
+  }
+
+  // ownOpenAttempts: this worker's started or unknown attempts not held.
+  async ownOpenAttempts() {
+    const { rows } = await this.pool.query({
+      text: `SELECT a.attempt_id::text, a.job_id::text, a.attempt_no, j.operation, a.provider,
+                    j.params, a.deadline
+               FROM jobguard.attempt_overview a
+               JOIN jobguard.job_overview j ON j.job_id = a.job_id
+              WHERE a.worker = $1 AND a.state IN ('started', 'unknown')
+                AND a.attempt_id <> ALL ($2::bigint[])
+              ORDER BY a.attempt_id`,
+      values: [this.name, [...this.held.keys()]] });
+    return rows.map((r) => ({ ...r, attempt_id: Number(r.attempt_id), job_id: Number(r.job_id) }));
+  }
+
+  // runBatch: handle the jobs in order, heartbeating all of them meanwhile;
+  // once stopping, hand back those not started.
+  async runBatch(jobs) {
+    for (const job of jobs) this.held.set(job.attempt_id, job);
+    for (let i = 0; i < jobs.length; i++) {
+      if (this.stopping) {
+        for (const rest of jobs.slice(i)) await this.release(rest);
+        return;
+      }
+      try {
+        await this.runOne(jobs[i]);
+      } finally {
+        this.held.delete(jobs[i].attempt_id);
+        this.refused.delete(jobs[i].attempt_id);
+      }
+    }
+  }
+
+  // runOne: await the handler and report its result or its error.
+  async runOne(job) {
+    let result;
+    try {
+      result = await this.handler(job);
+      if (result === undefined) result = null;
+      JSON.stringify(result);  // a result jsonb cannot hold is the handler's failure
+    } catch (err) {
+      const retryIn = err && typeof err.retryInSeconds === 'number' ? err.retryInSeconds : undefined;
+      const name = (err && err.name) || 'Error';
+      const text = `${name}: ${err && err.message !== undefined ? err.message : String(err)}`;
+      await this.reportFailure(job, text.slice(0, MAX_ERROR), retryIn);
+      return;
+    }
+    await this.reportResult(job, result);
+  }
+
+  // report: run one report with retries; count it, or log why it failed.
+  async report(job, what, fn) {
+    try {
+      return await this.call(fn, { retry: true });
+    } catch (err) {
+      this.stats.reportErrors++;
+      this.logger.error(`${this.name}: could not ${what} attempt ${job.attempt_id} of job ${job.job_id}: ${err.message}`);
+      return undefined;
+    }
+  }
+
+  // reportResult: finish (repeated after a lost connection: an equal
+  // result gets the same outcome).
+  async reportResult(job, result) {
+    const outcome = await this.report(job, 'report the result of',
+      () => api.finish(this.pool, job.attempt_id, result));
+    if (outcome) this.stats[outcome]++;
+  }
+
+  // reportFailure: fail with retryIn; a repeat that finds the attempt
+  // failed already counts as done.
+  async reportFailure(job, error, retryInSeconds) {
+    const done = await this.report(job, 'fail', async (tries) => {
+      try {
+        return await api.fail(this.pool, job.attempt_id, error, { retryInSeconds });
+      } catch (err) {
+        if (tries > 0 && err instanceof InvalidTransition && err.state === 'failed') return 'failed';
+        throw err;
+      }
+    });
+    if (done) this.stats.failed++;
+  }
+
+  // release: hand back a claimed attempt that will not run (cancel_attempt:
+  // claim hands the job out again; it counts towards max_attempts).
+  async release(job) {
+    const done = await this.report(job, 'hand back', async (tries) => {
+      try {
+        return await api.cancelAttempt(this.pool, job.attempt_id,
+          `worker ${this.name} stopped before running it`);
+      } catch (err) {
+        if (tries > 0 && err instanceof InvalidTransition && err.state === 'cancelled') return 'cancelled';
+        throw err;
+      }
+    });
+    this.held.delete(job.attempt_id);
+    if (done) this.stats.released++;
+  }
+
+  // beatLoop: every heartbeatSeconds, push back the deadline of each held
+  // attempt; resolves once run() ends.
+  async beatLoop() {
+    while (!this.beatStop) {
+      await new Promise((resolve) => {
+        const timer = setTimeout(resolve, this.heartbeatSeconds * 1000);
+        this.beatWake = () => { clearTimeout(timer); resolve(); };
+      });
+      for (const attemptId of [...this.held.keys()]) {
+        if (this.beatStop) return;
+        if (this.refused.has(attemptId)) continue;
+        try {
+          await this.call(() => api.heartbeat(this.pool, attemptId),
+            { retry: false, givesUp: () => this.beatStop });
+          this.stats.heartbeats++;
+        } catch (err) {
+          if (err instanceof InvalidTransition || err instanceof AttemptNotFound) {
+            this.refused.add(attemptId);
+            const reported = err instanceof InvalidTransition
+              && ['succeeded', 'lost', 'failed'].includes(err.state);
+            if (this.held.has(attemptId) && !reported) {  // too late (unknown), or cancelled
+              this.stats.heartbeatsRefused++;
+              this.logger.warn(`${this.name}: heartbeat refused: ${err.message}`);
+            }
+          } else if (err instanceof Lost) {
+            break;  // the next round connects again
+          } else {
+            this.logger.warn(`${this.name}: heartbeat failed: ${err.message}`);
+          }
+        }
+      }
+    }
+  }
+}
+
+module.exports = { Worker, RetryLater, isConnectionError };

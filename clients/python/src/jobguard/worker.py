@@ -1,0 +1,440 @@
+"""A worker loop on ``jobguard.claim()``.
+
+``Worker(handler).run()`` claims jobs (a batch at a time, waiting for work
+when there is none), calls ``handler(job)`` for each, and reports: the
+handler's return value is the result (``finish``), an exception fails the
+attempt (``fail``; ``RetryLater``, or any exception with a ``retry_in``
+attribute, holds the retry back that long).  While a batch is held, a
+background thread heartbeats its attempts on a connection of its own, so a
+long handler keeps its attempt.  A lost connection is reopened with
+backoff; a report is repeated on the new connection (``finish`` with an
+equal result is idempotent), and attempts that a lost ``claim`` began are
+found again by the worker's name and run.  ``stop()`` (or SIGTERM / SIGINT
+while ``run()`` is in the main thread) lets the current job finish and
+report, hands the rest of the batch back (``cancel_attempt``) and returns.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from types import FrameType
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import api
+from .api import Claimed, Seconds
+from .errors import AttemptNotFound, InvalidTransition
+from .ids import AttemptId, JobId
+
+__all__ = ["Worker", "WorkerStats", "RetryLater", "Handler"]
+
+log = logging.getLogger("jobguard.worker")
+
+#: what a worker calls for each claimed job; its return value is the result
+Handler = Callable[[Claimed], Any]
+Conn = psycopg.Connection[Any]
+T = TypeVar("T")
+
+#: the longest error text a failed attempt records
+MAX_ERROR = 4000
+
+
+class RetryLater(Exception):
+    """Raised by a handler: fail this attempt, and let ``claim`` hand the job
+    out again no sooner than ``retry_in`` (a timedelta or seconds)."""
+
+    def __init__(self, message: str, retry_in: Seconds) -> None:
+        """Keep the message (the attempt's error) and the delay."""
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, counted as it went."""
+
+    claimed: int = 0          #: attempts handed out by claim
+    adopted: int = 0          #: open attempts of this worker's name found after a (re)connect
+    won: int = 0              #: results that became the job's result
+    lost: int = 0             #: results that lost to another attempt or a cancel
+    rejected: int = 0         #: results that broke the output contract
+    failed: int = 0           #: attempts failed because the handler raised
+    released: int = 0         #: claimed attempts handed back unrun at shutdown
+    report_errors: int = 0    #: reports the server refused or that could not be delivered
+    heartbeats: int = 0       #: deadlines pushed back
+    heartbeats_refused: int = 0  #: heartbeats refused (the attempt was past its deadline)
+    reconnects: int = 0       #: connections opened again after one was lost
+
+
+def _secs(value: Seconds) -> float:
+    """Seconds as a float, from a timedelta or a number."""
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+class _GaveUp(Exception):
+    """The server could not be reached and the worker is no longer waiting for it."""
+
+
+class _Lost(Exception):
+    """The connection was lost during a statement that is not repeated blindly."""
+
+
+class _Link:
+    """One connection for one thread, opened again with backoff when lost."""
+
+    def __init__(self, worker: "Worker", role: str, give_up: Callable[[], bool]) -> None:
+        """A link for ``worker``; ``role`` names it in application_name;
+        ``give_up()`` true makes reconnecting stop (``_GaveUp``)."""
+        self._worker = worker
+        self._appname = f"{worker.name} ({role})"[:63]
+        self._give_up = give_up
+        self._conn: Optional[Conn] = None
+        self._ever = False
+        #: set on each new connection, cleared by whoever acts on it
+        self.fresh = False
+
+    def connect(self) -> Conn:
+        """The open connection, opening one (with backoff) if there is none."""
+        delay = self._worker.reconnect_min
+        while self._conn is None or self._conn.closed:
+            try:
+                self._conn = psycopg.connect(self._worker.conninfo, autocommit=True,
+                                             application_name=self._appname,
+                                             **self._worker.connect_kwargs)
+            except psycopg.OperationalError as err:
+                if self._give_up():
+                    raise _GaveUp(str(err)) from err
+                log.warning("%s: cannot connect (%s); again in %.1fs", self._appname,
+                            str(err).strip(), delay)
+                time.sleep(delay)
+                delay = min(delay * 2, self._worker.reconnect_max)
+                continue
+            if self._ever:
+                self._worker._count("reconnects")
+            self._ever = True
+            self.fresh = True
+        return self._conn
+
+    def call(self, fn: Callable[[Conn, int], T], retry: bool) -> T:
+        """``fn(conn, tries)`` on the connection.  When the connection is
+        lost: with ``retry``, reconnect and call again (``tries`` counts the
+        earlier calls), else raise ``_Lost``.  Other errors propagate."""
+        tries = 0
+        delay = self._worker.reconnect_min
+        while True:
+            conn = self.connect()
+            try:
+                return fn(conn, tries)
+            except psycopg.Error as err:
+                if not (conn.closed or conn.broken):
+                    raise
+                log.warning("%s: connection lost (%s)", self._appname, str(err).strip())
+                self.close()
+                if not retry:
+                    raise _Lost(str(err)) from err
+                if self._give_up():
+                    raise _GaveUp(str(err)) from err
+                tries += 1
+                time.sleep(delay)
+                delay = min(delay * 2, self._worker.reconnect_max)
+
+    def close(self) -> None:
+        """Close the connection, if any."""
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except psycopg.Error:
+                pass
+            self._conn = None
+
+
+class Worker:
+    """Claims jobs and runs ``handler`` on each; see the module's docstring."""
+
+    def __init__(self, handler: Handler, *, conninfo: str = "", name: Optional[str] = None,
+                 operations: Optional[Sequence[str]] = None, provider: Optional[str] = None,
+                 batch: int = 1, timeout: Seconds = 30, wait: Seconds = 2,
+                 heartbeat_every: Optional[Seconds] = None, reconnect_min: Seconds = 0.1,
+                 reconnect_max: Seconds = 5, shutdown_grace: Seconds = 30,
+                 connect_kwargs: Optional[Dict[str, Any]] = None) -> None:
+        """``conninfo`` and ``connect_kwargs`` go to ``psycopg.connect`` (the
+        PG* environment fills in the rest); ``name`` is recorded on each
+        attempt (default: host, pid and a random part — give a stable one to
+        have a restarted worker pick up its own open attempts);
+        ``operations``, ``provider``, ``batch`` (max_jobs), ``timeout`` and
+        ``wait`` go to ``claim``; heartbeats every ``heartbeat_every``
+        (default a third of ``timeout``); reconnects wait ``reconnect_min``
+        doubling up to ``reconnect_max``; once stopped, a report is tried
+        for at most ``shutdown_grace``."""
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
+        self.handler = handler
+        self.conninfo = conninfo
+        self.connect_kwargs: Dict[str, Any] = dict(connect_kwargs or {})
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.operations = list(operations) if operations is not None else None
+        self.provider = provider
+        self.batch = batch
+        self.timeout = _secs(timeout)
+        self.wait = _secs(wait)
+        self.heartbeat_every = (_secs(heartbeat_every) if heartbeat_every is not None
+                                else self.timeout / 3)
+        if self.timeout <= 0 or self.wait < 0 or self.heartbeat_every <= 0:
+            raise ValueError("timeout and heartbeat_every must be positive, wait not negative")
+        self.reconnect_min = _secs(reconnect_min)
+        self.reconnect_max = _secs(reconnect_max)
+        self.shutdown_grace = _secs(shutdown_grace)
+        self.stats = WorkerStats()
+        self._stats_lock = threading.Lock()
+        self._held: Dict[AttemptId, Claimed] = {}     # claimed, not yet reported
+        self._held_lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._stopped_at = 0.0
+        self._beat_stop = threading.Event()
+        self._main = _Link(self, "jobguard worker", self._main_gives_up)
+        self._beat = _Link(self, "jobguard heartbeat", self._beat_stop.is_set)
+
+    # -- control ---------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the worker to stop: the current job finishes and reports,
+        no more are claimed.  Safe from another thread or a signal handler."""
+        if not self._stopping.is_set():
+            self._stopped_at = time.monotonic()
+            self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once ``stop()`` was called."""
+        return self._stopping.is_set()
+
+    def run(self, *, until_idle: bool = False, handle_signals: bool = True) -> WorkerStats:
+        """Claim and handle jobs until ``stop()`` (or, with ``until_idle``,
+        until claims found nothing for ``wait``); return the stats.
+        ``handle_signals`` (in the main thread): SIGTERM and SIGINT call
+        ``stop()``; a second one raises KeyboardInterrupt."""
+        previous: Dict[int, Any] = {}
+        if handle_signals and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                previous[sig] = signal.signal(sig, self._on_signal)
+        beater = threading.Thread(target=self._beat_loop, name=f"{self.name} heartbeat",
+                                  daemon=True)
+        beater.start()
+        try:
+            idle_since = time.monotonic()
+            while not self._stopping.is_set():
+                try:
+                    jobs = self._next_jobs()
+                except _GaveUp:
+                    break
+                if jobs:
+                    self._run_batch(jobs)
+                    idle_since = time.monotonic()
+                elif until_idle and time.monotonic() - idle_since >= self.wait:
+                    break
+        finally:
+            self._beat_stop.set()
+            beater.join()
+            self._main.close()
+            self._beat.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.stats
+
+    def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
+        """SIGTERM / SIGINT: stop; a second signal interrupts the handler."""
+        if self._stopping.is_set():
+            raise KeyboardInterrupt
+        log.info("%s: %s received, stopping after the current job", self.name,
+                 signal.Signals(signum).name)
+        self.stop()
+
+    def _main_gives_up(self) -> bool:
+        """Whether the main connection stops reconnecting: once stopped, at
+        once if nothing is held, else after shutdown_grace."""
+        if not self._stopping.is_set():
+            return False
+        with self._held_lock:
+            holding = bool(self._held)
+        return not holding or time.monotonic() - self._stopped_at > self.shutdown_grace
+
+    def _count(self, name: str, n: int = 1) -> None:
+        """Add n to one of the stats."""
+        with self._stats_lock:
+            setattr(self.stats, name, getattr(self.stats, name) + n)
+
+    # -- claiming --------------------------------------------------------
+
+    def _next_jobs(self) -> List[Claimed]:
+        """The next batch: after a (re)connect, this worker's own open
+        attempts that it does not hold (a claim whose answer was lost);
+        otherwise what claim hands out."""
+        self._main.connect()
+        if self._main.fresh:
+            self._main.fresh = False
+            try:
+                adopted = self._main.call(self._own_open_attempts, retry=True)
+            except _Lost:
+                return []
+            if adopted:
+                self._count("adopted", len(adopted))
+                log.info("%s: picked up %d open attempts of its own", self.name, len(adopted))
+                return adopted
+        # claim stamps the attempts' deadlines from the start of its statement,
+        # wait included: wait at most a third of the timeout per claim, so a
+        # job that arrives late in the wait still has most of its lease
+        wait = min(self.wait, self.timeout / 3)
+        try:
+            jobs = self._main.call(
+                lambda conn, _: api.claim(conn, self.name, self.operations, self.timeout,
+                                          self.batch, self.provider, wait), retry=False)
+        except _Lost:
+            return []  # the reconnect finds whatever that claim began
+        self._count("claimed", len(jobs))
+        return jobs
+
+    def _own_open_attempts(self, conn: Conn, tries: int) -> List[Claimed]:
+        """This worker's started or unknown attempts that it does not hold."""
+        with self._held_lock:
+            held = list(self._held)
+        with conn.cursor(row_factory=dict_row) as cur:
+            cur.execute("""SELECT a.attempt_id, a.job_id, a.attempt_no, j.operation, a.provider,
+                                  j.params, a.deadline
+                             FROM jobguard.attempt_overview a
+                             JOIN jobguard.job_overview j ON j.job_id = a.job_id
+                            WHERE a.worker = %s AND a.state IN ('started', 'unknown')
+                              AND a.attempt_id <> ALL (%s::bigint[])
+                            ORDER BY a.attempt_id""", (self.name, held))
+            return [Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
+                            r["operation"], r["provider"], r["params"], r["deadline"])
+                    for r in cur.fetchall()]
+
+    # -- running ---------------------------------------------------------
+
+    def _run_batch(self, jobs: List[Claimed]) -> None:
+        """Handle the batch in order, heartbeating all of it meanwhile; once
+        stopping, hand back what has not started."""
+        with self._held_lock:
+            self._held.update((job.attempt_id, job) for job in jobs)
+        for i, job in enumerate(jobs):
+            if self._stopping.is_set():
+                for rest in jobs[i:]:
+                    self._release(rest)
+                return
+            try:
+                self._run_one(job)
+            finally:
+                with self._held_lock:
+                    self._held.pop(job.attempt_id, None)
+
+    def _run_one(self, job: Claimed) -> None:
+        """Call the handler and report its result or its error."""
+        try:
+            result = self.handler(job)
+            json.dumps(result)  # a result jsonb cannot hold is the handler's failure
+        except Exception as err:  # the handler's failure, whatever it is
+            retry_in = getattr(err, "retry_in", None)
+            if not isinstance(retry_in, (timedelta, int, float)):
+                retry_in = None
+            self._report_failure(job, f"{type(err).__name__}: {err}"[:MAX_ERROR], retry_in)
+        else:
+            self._report_result(job, result)
+
+    def _report_result(self, job: Claimed, result: Any) -> None:
+        """finish the attempt; repeated after a lost connection (an equal
+        result gets the same outcome)."""
+        try:
+            outcome = self._main.call(lambda conn, _: api.finish(conn, job.attempt_id, result),
+                                      retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self._count("report_errors")
+            log.error("%s: could not report the result of attempt %d of job %d: %s",
+                      self.name, job.attempt_id, job.job_id, err)
+            return
+        self._count(outcome)
+
+    def _report_failure(self, job: Claimed, error: str, retry_in: Optional[Seconds]) -> None:
+        """fail the attempt (with retry_in); after a lost connection a
+        repeat that finds it failed already counts as done."""
+        def fail(conn: Conn, tries: int) -> str:
+            """One try at fail_attempt."""
+            try:
+                return api.fail(conn, job.attempt_id, error, retry_in)
+            except InvalidTransition as err:
+                if tries > 0 and err.state == "failed":
+                    return "failed"
+                raise
+        try:
+            self._main.call(fail, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self._count("report_errors")
+            log.error("%s: could not fail attempt %d of job %d: %s", self.name, job.attempt_id,
+                      job.job_id, err)
+            return
+        self._count("failed")
+
+    def _release(self, job: Claimed) -> None:
+        """Hand back a claimed attempt that will not run: cancel it, so that
+        claim hands the job out again (it counts towards max_attempts)."""
+        def cancel(conn: Conn, tries: int) -> str:
+            """One try at cancel_attempt."""
+            try:
+                return api.cancel_attempt(conn, job.attempt_id,
+                                          f"worker {self.name} stopped before running it")
+            except InvalidTransition as err:
+                if tries > 0 and err.state == "cancelled":
+                    return "cancelled"
+                raise
+        try:
+            self._main.call(cancel, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self._count("report_errors")
+            log.error("%s: could not hand back attempt %d of job %d: %s", self.name,
+                      job.attempt_id, job.job_id, err)
+        else:
+            self._count("released")
+        finally:
+            with self._held_lock:
+                self._held.pop(job.attempt_id, None)
+
+    # -- heartbeats ------------------------------------------------------
+
+    def _beat_loop(self) -> None:
+        """Every heartbeat_every, push back the deadline of each held attempt
+        (on the heartbeat connection, reconnecting when it is lost)."""
+        refused: set[AttemptId] = set()
+        while not self._beat_stop.wait(self.heartbeat_every):
+            with self._held_lock:
+                ids = [a for a in self._held if a not in refused]
+            for attempt_id in ids:
+                if self._beat_stop.is_set():
+                    return
+                try:
+                    self._beat.call(lambda conn, _: api.heartbeat(conn, attempt_id), retry=False)
+                    self._count("heartbeats")
+                except (InvalidTransition, AttemptNotFound) as err:
+                    refused.add(attempt_id)
+                    reported = (isinstance(err, InvalidTransition)
+                                and err.state in ("succeeded", "lost", "failed"))
+                    with self._held_lock:
+                        still_held = attempt_id in self._held
+                    if still_held and not reported:  # too late (unknown), or cancelled
+                        self._count("heartbeats_refused")
+                        log.warning("%s: heartbeat refused: %s", self.name, err)
+                except _Lost:
+                    break  # the next round reconnects
+                except _GaveUp:
+                    return
+                except psycopg.Error as err:
+                    log.warning("%s: heartbeat failed: %s", self.name, err)
