@@ -222,8 +222,8 @@ class Worker {
         return adopted;
       }
     }
-    // claim dates the deadlines from the start of its statement, wait
-    // included: wait at most a third of the timeout per claim
+    // a claim that waited begins its attempts when the work came; waiting at
+    // most a third of the timeout per claim keeps the loop responsive
     const waitSeconds = Math.min(this.waitSeconds, this.timeoutSeconds / 3);
     const jobs = await this.call(() => api.claim(this.pool, { worker: this.name,
       operations: this.operations, timeoutSeconds: this.timeoutSeconds, maxJobs: this.batch,

@@ -291,9 +291,9 @@ class Worker:
                 self._count("adopted", len(adopted))
                 log.info("%s: picked up %d open attempts of its own", self.name, len(adopted))
                 return adopted
-        # claim stamps the attempts' deadlines from the start of its statement,
-        # wait included: wait at most a third of the timeout per claim, so a
-        # job that arrives late in the wait still has most of its lease
+        # a claim that waited begins its attempts when the work came (their
+        # whole timeout ahead); waiting at most a third of the timeout per
+        # claim keeps the loop responsive to shutdown and to its own lease
         wait = min(self.wait, self.timeout / 3)
         try:
             jobs = self._main.call(
