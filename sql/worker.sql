@@ -341,8 +341,11 @@ DROP FUNCTION public.jg_wk_error_of(text);
 
 -- a claim that waited for work begins its attempt when the work came, not
 -- when its transaction started: the deadline is a whole timeout away
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS dblink;
-SELECT dblink_connect('waiter', 'dbname=' || current_database());
+RESET client_min_messages;
+SELECT dblink_connect('waiter', format('dbname=%s port=%s host=%s', current_database(),
+	current_setting('port'), split_part(current_setting('unix_socket_directories'), ',', 1)));
 SELECT dblink_send_query('waiter', $$
 	SELECT c.deadline > clock_timestamp() AS deadline_ahead,
 		   c.deadline - now() > interval '1 second' AS later_than_the_transaction
