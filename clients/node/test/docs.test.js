@@ -1,6 +1,6 @@
 'use strict';
-// doc/clients.md's Node examples are examples/quickstart.js and
-// examples/worker.js, verbatim, and they run as the doc says (the worker: a
+// The README's Node example is examples/quickstart.js and doc/clients.md's
+// worker example examples/worker.js, verbatim, and they run as the doc says (the worker: a
 // retry after RetryLater, and a clean stop on SIGTERM).
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -13,22 +13,23 @@ const jg = require('..');
 const { setUp, tearDown } = require('../testlib');
 
 const DOC = path.join(__dirname, '..', '..', '..', 'doc', 'clients.md');
+const README = path.join(__dirname, '..', '..', '..', 'README.md');
 const EXAMPLE = path.join(__dirname, '..', 'examples', 'quickstart.js');
 const WORKER = path.join(__dirname, '..', 'examples', 'worker.js');
 const DB = 'jg_client_node_docs';
 
-// docBlock: the fenced code block that follows the HTML comment marker.
-function docBlock(marker) {
-  const text = fs.readFileSync(DOC, 'utf8');
+// docBlock: the fenced code block of doc that follows the HTML comment marker.
+function docBlock(marker, doc = DOC) {
+  const text = fs.readFileSync(doc, 'utf8');
   const at = text.indexOf(marker);
-  assert.ok(at >= 0, `${DOC} has no ${marker}`);
+  assert.ok(at >= 0, `${doc} has no ${marker}`);
   const m = /^\s*```[a-z]*\n([\s\S]*?)```/.exec(text.slice(at + marker.length));
   assert.ok(m, `no code block after ${marker}`);
   return m[1];
 }
 
 test('the doc example is the tested file', () => {
-  assert.equal(docBlock('<!-- example: clients/node/examples/quickstart.js -->'),
+  assert.equal(docBlock('<!-- example: clients/node/examples/quickstart.js -->', README),
     fs.readFileSync(EXAMPLE, 'utf8'));
 });
 

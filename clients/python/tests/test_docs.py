@@ -1,5 +1,5 @@
-"""doc/clients.md's Python examples are examples/quickstart.py and
-examples/worker.py, verbatim, and they run as the doc says (the worker: a
+"""The README's Python example is examples/quickstart.py and doc/clients.md's
+worker example examples/worker.py, verbatim, and they run as the doc says (the worker: a
 retry after RetryLater, and a clean stop on SIGTERM); its PL/pgSQL block
 runs too, and the form the doc warns about fails."""
 
@@ -23,21 +23,23 @@ import jobguard
 HERE = pathlib.Path(__file__).resolve().parent
 CLIENT = HERE.parent
 DOC = CLIENT.parent.parent / "doc" / "clients.md"
+README = CLIENT.parent.parent / "README.md"
 EXAMPLE = CLIENT / "examples" / "quickstart.py"
 WORKER = CLIENT / "examples" / "worker.py"
 
 
-def doc_block(marker: str) -> str:
-    """The fenced code block that follows the HTML comment ``marker``."""
-    text = DOC.read_text()
+def doc_block(marker: str, doc: pathlib.Path = DOC) -> str:
+    """The fenced code block of doc that follows the HTML comment ``marker``."""
+    text = doc.read_text()
     m = re.search(re.escape(marker) + r"\s*```[a-z]*\n(.*?)```", text, re.S)
-    assert m, f"{DOC} has no code block after {marker}"
+    assert m, f"{doc} has no code block after {marker}"
     return m.group(1)
 
 
 def test_doc_example_is_the_tested_file() -> None:
-    """The doc's Python block is examples/quickstart.py."""
-    assert doc_block("<!-- example: clients/python/examples/quickstart.py -->") == EXAMPLE.read_text()
+    """The README's Python block is examples/quickstart.py."""
+    assert doc_block("<!-- example: clients/python/examples/quickstart.py -->",
+                     README) == EXAMPLE.read_text()
 
 
 def test_doc_worker_example_is_the_tested_file() -> None:
