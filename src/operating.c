@@ -17,12 +17,15 @@
 #include "utils/fmgrprotos.h"
 
 #include "args.h"
+#include "notifier.h"
 #include "stats.h"
 #include "store.h"
 
 /* How long await() sleeps between two looks, at first and at most. */
 #define AWAIT_FIRST_SLEEP_MS 2
 #define AWAIT_MAX_SLEEP_MS 100
+/* How long await() sleeps on the condition variable at most. */
+#define AWAIT_SHARED_MAX_SLEEP_MS 1000
 
 PG_FUNCTION_INFO_V1(jobguard_await);
 PG_FUNCTION_INFO_V1(jobguard_purge);
@@ -44,8 +47,11 @@ is_terminal_job_state(const char *state)
  *
  * Waits until the job succeeds, fails or is cancelled, or the timeout
  * passes, and returns the state at that moment.  It looks again with a
- * fresh snapshot after short sleeps (2 ms, doubling up to 100 ms) on the
- * process latch, so statement_timeout and cancel interrupt it at once.  A
+ * fresh snapshot each time it wakes.  Preloaded, it sleeps on its
+ * database's condition variable, which every commit ending a job
+ * broadcasts (notifier.c), so it wakes at once; otherwise it polls after
+ * short sleeps (2 ms, doubling up to 100 ms) on the process latch.  Either
+ * way statement_timeout and cancel interrupt it at once.  A
  * REPEATABLE READ or SERIALIZABLE snapshot could never see the outcome, so
  * those isolation levels are refused.
  */
@@ -59,6 +65,7 @@ jobguard_await(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	long		sleep_ms = AWAIT_FIRST_SLEEP_MS;
 	char	   *state;
+	bool		shared;
 
 	require_arg(fcinfo, 1, "timeout");
 	timeout = PG_GETARG_INTERVAL_P(1);
@@ -78,6 +85,7 @@ jobguard_await(PG_FUNCTION_ARGS)
 				 errhint("Call it in READ COMMITTED, or outside a transaction block.")));
 
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	shared = notifier_await_prepare();
 	for (;;)
 	{
 		long		remaining_ms;
@@ -90,12 +98,20 @@ jobguard_await(PG_FUNCTION_ARGS)
 		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (is_terminal_job_state(state) || remaining_ms <= 0)
 			break;
+		if (shared)
+		{
+			/* a safety net of a second, should a wake-up ever be missed */
+			notifier_await_sleep(Min(AWAIT_SHARED_MAX_SLEEP_MS, remaining_ms));
+			continue;
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		sleep_ms = Min(sleep_ms * 2, AWAIT_MAX_SLEEP_MS);
 	}
+	if (shared)
+		notifier_await_done();
 	PG_RETURN_DATUM(text_result(state));
 }
 
