@@ -159,11 +159,35 @@ jobguard_purge(PG_FUNCTION_ARGS)
 }
 
 /*
+ * recount_gauges: count jobs and attempts per stored state with one scan
+ * of each table and set this database's gauges from it, keeping what
+ * commits during the scan.
+ */
+static void
+recount_gauges(void)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		before[GAUGE_COUNT];
+	int64		counted[GAUGE_COUNT] = {0};
+
+	stats_gauges_begin_recount(before);
+	store_connect(&caller);
+	store_stored_state_counts(counted);
+	store_finish(&caller);
+	stats_gauges_end_recount(before, counted);
+}
+
+/*
  * jobguard.stats() -> (metric, value) rows
  *
- * Jobs and attempts by state (counted from the tables now), then the event
- * counters of this database since server start or stats_reset() — NULL
- * when jobguard is not in shared_preload_libraries.
+ * Jobs and attempts by state, then the event counters of this database.
+ * Preloaded, every row comes from shared memory (stats.c): the state
+ * gauges as transactions committed them, read without touching a table
+ * (after a crash, the first call recounts them with one scan), and the
+ * event counters since the first start or stats_reset(), kept across clean
+ * restarts.  Without preload, the states are counted from the tables now
+ * (effective states: a started attempt past its deadline is unknown) and
+ * the event counters are NULL.
  */
 Datum
 jobguard_stats(PG_FUNCTION_ARGS)
@@ -172,9 +196,26 @@ jobguard_stats(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_connect(&caller);
-	store_state_counts(rsinfo);
-	store_finish(&caller);
+	if (stats_gauges_kept())
+	{
+		if (!stats_gauges_valid())
+			recount_gauges();
+		for (int g = 0; g < GAUGE_COUNT; g++)
+		{
+			Datum		values[2];
+			bool		nulls[2] = {false, false};
+
+			values[0] = text_result(stats_gauge_name((Gauge) g));
+			values[1] = Int64GetDatum(stats_gauge_read((Gauge) g));
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	else
+	{
+		store_connect(&caller);
+		store_state_counts(rsinfo);
+		store_finish(&caller);
+	}
 
 	for (int c = 0; c < STAT_COUNT; c++)
 	{
@@ -192,11 +233,16 @@ jobguard_stats(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* jobguard.stats_reset() -> void: zero this database's event counters. */
+/*
+ * jobguard.stats_reset() -> void: zero this database's event counters and,
+ * preloaded, recount its state gauges from the tables (one scan).
+ */
 Datum
 jobguard_stats_reset(PG_FUNCTION_ARGS)
 {
 	stats_reset();
+	if (stats_gauges_kept())
+		recount_gauges();
 	PG_RETURN_VOID();
 }
 

@@ -74,6 +74,8 @@ extern bool store_fresh_job_state(int64 job_id, char **state);
 extern uint64 store_sweep_overdue(int batch_size);
 extern int64 store_purge(TimestampTz cutoff, int batch_size);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
+extern void store_stored_state_counts(int64 *counts);
+extern int	store_stored_job_gauge(int64 job_id);
 
 /*
  * rows.c, rows_catalog.c: the fast path, the same hot reads and writes

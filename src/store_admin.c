@@ -12,11 +12,14 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/tuplestore.h"
 
 #include "store.h"
+#include "stats.h"
 #include "store_sql.h"
 
 /*
@@ -144,13 +147,61 @@ store_fresh_job_state(int64 job_id, char **state)
 	return true;
 }
 
-/* store_sweep_overdue: mark up to batch_size overdue attempts unknown. */
+/*
+ * store_sweep_overdue: mark up to batch_size overdue attempts unknown, and
+ * move the state gauges with them (their open jobs go from running to
+ * unknown).  Returns how many it marked.
+ */
 uint64
 store_sweep_overdue(int batch_size)
 {
 	Datum		values[1] = {Int32GetDatum(batch_size)};
+	bool		isnull;
+	int64		marked;
+	int64		open_jobs;
 
-	return sql_run(STMT_SWEEP_OVERDUE, values, NULL);
+	sql_run(STMT_SWEEP_OVERDUE, values, NULL);
+	marked = sql_column_int64(1, &isnull);
+	open_jobs = sql_column_int64(2, &isnull);
+	stats_gauge_move(GAUGE_ATTEMPT(ATTEMPT_STARTED), GAUGE_ATTEMPT(ATTEMPT_UNKNOWN), marked);
+	stats_gauge_move(GAUGE_JOBS_RUNNING, GAUGE_JOBS_UNKNOWN, open_jobs);
+	stats_add(STAT_SWEPT, marked);
+	return (uint64) marked;
+}
+
+/*
+ * count_purged: move the state gauges for one purged page: its deleted
+ * jobs by state (columns 2, 4, 5: all, succeeded, cancelled; failed is
+ * the rest) and their attempts (column 6: cancelled, succeeded, lost,
+ * failed).
+ */
+static void
+count_purged(int64 deleted)
+{
+	static const AttemptState attempt_states[4] = {ATTEMPT_CANCELLED, ATTEMPT_SUCCEEDED,
+	ATTEMPT_LOST, ATTEMPT_FAILED};
+	bool		isnull;
+	int64		succeeded = sql_column_int64(4, &isnull);
+	int64		cancelled = sql_column_int64(5, &isnull);
+	Datum		counts = sql_column_value(6, &isnull);
+
+	stats_gauge_move(GAUGE_JOBS_SUCCEEDED, GAUGE_NONE, succeeded);
+	stats_gauge_move(GAUGE_JOBS_CANCELLED, GAUGE_NONE, cancelled);
+	stats_gauge_move(GAUGE_JOBS_FAILED, GAUGE_NONE, deleted - succeeded - cancelled);
+	stats_add(STAT_PURGED, deleted);
+	if (!isnull)
+	{
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n;
+
+		deconstruct_array(DatumGetArrayTypeP(counts), INT8OID, 8, FLOAT8PASSBYVAL,
+						  TYPALIGN_DOUBLE, &elems, &nulls, &n);
+		for (int i = 0; i < n && i < 4; i++)
+			if (!nulls[i])
+				stats_gauge_move(GAUGE_ATTEMPT(attempt_states[i]), GAUGE_NONE,
+								 DatumGetInt64(elems[i]));
+	}
 }
 
 /*
@@ -177,13 +228,50 @@ store_purge(TimestampTz cutoff, int batch_size)
 		after = sql_column_int64(1, &isnull);
 		if (isnull)
 			break;				/* no jobs after this page */
-		deleted += sql_column_int64(2, &isnull);
+		if (sql_column_int64(2, &isnull) > 0)
+		{
+			deleted += sql_column_int64(2, &isnull);
+			count_purged(sql_column_int64(2, &isnull));
+		}
 		newest = DatumGetTimestampTz(sql_column_value(3, &isnull));
 		if (newest >= cutoff)
 			break;
 		CHECK_FOR_INTERRUPTS();
 	}
 	return deleted;
+}
+
+/*
+ * store_stored_state_counts: count jobs and attempts per stored state, in
+ * Gauge order, with one scan of each table (a gauge recount).
+ */
+void
+store_stored_state_counts(int64 *counts)
+{
+	uint64		n = sql_run(STMT_STORED_STATE_COUNTS, NULL, NULL);
+
+	for (uint64 i = 0; i < n && i < GAUGE_COUNT; i++)
+	{
+		bool		isnull;
+
+		counts[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+												2, &isnull));
+	}
+}
+
+/*
+ * store_stored_job_gauge: the gauge a job counts in right now (its state
+ * from the stored states, fresh snapshot), or GAUGE_NONE when it does not
+ * exist.
+ */
+int
+store_stored_job_gauge(int64 job_id)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+
+	if (sql_run(STMT_STORED_JOB_STATE, values, NULL) == 0)
+		return GAUGE_NONE;
+	return stats_job_gauge_of(sql_column_text(1));
 }
 
 /*

@@ -99,6 +99,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 		{
 			created = true;
 			stats_count(STAT_SUBMITS_CREATED);
+			stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
 			break;
 		}
 		if (store_match_job(owner_id, idempotency_key, operation, params,
