@@ -39,6 +39,7 @@ say ""
 say "- machine: $MACHINE"
 say "- shared_buffers 512MB, fsync on, synchronous_commit off, pgbench -M prepared"
 say "- jobguard fast path: $(PGDATABASE=jg_big sql -c "SELECT jobguard.fast_path_status()")"
+say "- run: $(date -u '+%Y-%m-%d %H:%M UTC')"
 
 # ------------------------------------------------------------ (a) scale
 
@@ -272,5 +273,8 @@ fi
 say ""
 say "Total time of bench/run --growth: $(elapsed)."
 cp "$OUT/growth-report.md" "$GREPORT"
+# the tables the docs include, cut from the report, and the docs updated
+"$BENCH/fragments" growth
+"$ROOT/scripts/docs-bench" --write
 echo
 echo "jobguard: wrote bench/results/growth.md"

@@ -3,10 +3,13 @@
 # throwaway PostgreSQL cluster that is removed again on exit.
 #
 # Source it; it defines functions and sets ROOT, PG_MAJOR, PGBIN, PG_CONFIG.
+# JOBGUARD_PGBIN names another PostgreSQL bin directory to build, install
+# and test with (a private copy of the tree, on a machine whose system
+# PostgreSQL is shared); the default is Debian's.
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 PG_MAJOR=${PG_MAJOR:-15}
-PGBIN=/usr/lib/postgresql/$PG_MAJOR/bin
+PGBIN=${JOBGUARD_PGBIN:-/usr/lib/postgresql/$PG_MAJOR/bin}
 PG_CONFIG=$PGBIN/pg_config
 CLUSTER_DIR=
 
@@ -16,11 +19,12 @@ as_root() {
 }
 
 # ensure_packages [extra...]: install the Debian packages jobguard needs
-# (and any extra ones named) that are not installed yet.
+# (and any extra ones named) that are not installed yet.  python3-psycopg
+# and python3-pytest are for the Python client (clients/python).
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
-		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl "$@"; do
+		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl python3-psycopg python3-pytest "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")
 	done
@@ -60,6 +64,12 @@ as_cluster_owner() {
 	if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# as_cluster_owner_prefix: the words that run a command line as the
+# cluster's owner (empty unless root), for a command given to a test.
+as_cluster_owner_prefix() {
+	if [ "$(id -u)" = 0 ]; then echo "runuser -u postgres -- "; fi
+}
+
 # start_cluster [postgres -c options...]: initdb and start a throwaway
 # cluster in a temporary directory on a free port; export PGHOST, PGPORT,
 # PGUSER and PGDATABASE for it; remove it on exit, also when interrupted.
@@ -85,6 +95,8 @@ start_cluster() {
 		return 1
 	fi
 	export PGHOST=$CLUSTER_DIR PGPORT PGUSER=postgres PGDATABASE=postgres
+	# how a test restarts this cluster (the HTTP example's reconnect test)
+	export JOBGUARD_TEST_RESTART="$(as_cluster_owner_prefix)$PGBIN/pg_ctl -D $CLUSTER_DIR/data -l $CLUSTER_DIR/server.log -m fast -w -t 60 restart"
 	echo "jobguard: throwaway cluster on port $PGPORT in $CLUSTER_DIR"
 }
 

@@ -1,38 +1,44 @@
 'use strict';
 // A small HTTP front for jobguard.  Clients submit jobs with an
 // Idempotency-Key header; workers begin attempts and report outcomes.  All
-// the deciding is done by jobguard in the database: this file only maps
-// requests onto its functions and SQLSTATEs onto HTTP statuses.
+// the deciding is done by jobguard in the database, through the jobguard
+// Node client (clients/node): this file maps requests onto its functions
+// and its errors onto RFC 9457 problem documents (problems.js).  It keeps
+// serving across a database restart: lost connections are dropped from the
+// pool, requests meanwhile get 503 with Retry-After, and the pool connects
+// again on the next request.
 //
 //   PGHOST/PGPORT/PGUSER/PGDATABASE  where jobguard is (libpq defaults)
 //   PORT (default 3000; 0 = any free port), HOST (default 127.0.0.1)
 
 const http = require('node:http');
-const { Pool, types } = require('pg');
-const { problemFromError } = require('./errors');
-
-// bigint ids as JSON numbers (exact up to 2^53, far beyond any example)
-types.setTypeParser(20, (v) => Number(v));
+const { Pool } = require('pg');
+const jg = require('jobguard');
+const { problem, problemFromError, databaseUnavailable, PROBLEM_TYPES } = require('./problems');
+const { parseIdempotencyKey } = require('./idempotency-key');
+const { document: openapi } = require('./openapi');
 
 const MAX_BODY = 1 << 20;
 
+// An error answered with a problem document of a named type.
 class HttpError extends Error {
-  constructor(status, title, detail) {
+  // name: a key of PROBLEM_TYPES; detail: for humans
+  constructor(name, detail) {
     super(detail);
-    this.status = status;
-    this.title = title;
+    this.problem = name;
   }
 }
 
+// send: write a JSON response (a problem document for 4xx and 5xx).
 function send(res, status, body, headers = {}) {
-  const problem = status >= 400;
   res.writeHead(status, {
-    'Content-Type': problem ? 'application/problem+json' : 'application/json',
+    'Content-Type': status >= 400 ? 'application/problem+json' : 'application/json',
     ...headers,
   });
   res.end(JSON.stringify(body));
 }
 
+// readBody: the request body parsed as JSON (undefined when empty).
 function readBody(req) {
   return new Promise((resolve, reject) => {
     const chunks = [];
@@ -40,7 +46,7 @@ function readBody(req) {
     req.on('data', (c) => {
       size += c.length;
       if (size > MAX_BODY) {
-        reject(new HttpError(413, 'payload_too_large', 'body larger than 1 MiB'));
+        reject(new HttpError('payload-too-large', 'body larger than 1 MiB'));
         req.destroy();
       } else chunks.push(c);
     });
@@ -50,71 +56,112 @@ function readBody(req) {
       try {
         resolve(JSON.parse(text));
       } catch {
-        reject(new HttpError(400, 'invalid_json', 'body is not valid JSON'));
+        reject(new HttpError('invalid-json', 'body is not valid JSON'));
       }
     });
     req.on('error', reject);
   });
 }
 
+// object: the body as an object ({} when empty), else 400.
 function object(body) {
   if (body === undefined) return {};
   if (body === null || typeof body !== 'object' || Array.isArray(body))
-    throw new HttpError(400, 'invalid_body', 'body must be a JSON object');
+    throw new HttpError('invalid-body', 'body must be a JSON object');
   return body;
 }
 
-// A path id: digits only, else 404 (no such resource) rather than a 22P02.
+// id: a path id; digits only, else 404 (no such resource) rather than 400.
 function id(s) {
-  if (!/^[0-9]{1,18}$/.test(s)) throw new HttpError(404, 'not_found', `no resource ${s}`);
-  return s;
+  if (!/^[0-9]{1,15}$/.test(s)) throw new HttpError('not-found', `no resource ${s}`);
+  return Number(s);
 }
 
-async function jobWithAttempts(db, jobId, withAttempts) {
-  const { rows } = await db.query('SELECT * FROM jobguard.job($1)', [jobId]);
-  const job = rows[0];
-  if (withAttempts) {
-    const a = await db.query('SELECT * FROM jobguard.attempts_of($1)', [jobId]);
-    job.attempts_list = a.rows;
+// preferredWait: the seconds of an RFC 7240 "Prefer: wait=N", or null.
+function preferredWait(header) {
+  if (!header) return null;
+  for (const pref of header.split(',')) {
+    const m = /^\s*wait\s*=\s*"?([0-9]+)"?\s*(;.*)?$/i.exec(pref);
+    if (m) return Number(m[1]);
   }
-  return job;
+  return null;
 }
 
-async function attemptById(db, attemptId) {
-  const { rows } = await db.query(
-    'SELECT * FROM jobguard.attempt_overview WHERE attempt_id = $1', [attemptId]);
-  return rows[0];
+// withClient: run fn on a client of its own; a client whose connection
+// broke is destroyed, not put back in the pool.
+async function withClient(pool, fn) {
+  const c = await pool.connect();
+  const ignore = () => {};   // a connection lost between two queries: the next query fails
+  c.on('error', ignore);
+  let broken = null;
+  try {
+    return await fn(c);
+  } catch (err) {
+    if (databaseUnavailable(err)) broken = err;
+    else await c.query('ROLLBACK').catch((e) => { broken = e; });
+    throw err;
+  } finally {
+    c.removeListener('error', ignore);
+    c.release(broken || undefined);
+  }
 }
 
 // POST /jobs -------------------------------------------------------------
 async function postJob(pool, req, res) {
-  const key = req.headers['idempotency-key'];
-  if (key === undefined || key === '')
-    throw new HttpError(400, 'idempotency_key_missing', 'the Idempotency-Key header is required');
+  const header = req.headers['idempotency-key'];
+  if (header === undefined)
+    throw new HttpError('missing-idempotency-key', 'the Idempotency-Key header is required');
+  let key;
+  try {
+    key = parseIdempotencyKey(header);
+  } catch (err) {
+    throw new HttpError('invalid-idempotency-key', `Idempotency-Key: ${err.message}`);
+  }
   const owner = req.headers['x-owner-id'];
   if (owner === undefined || owner === '')
-    throw new HttpError(400, 'owner_missing', 'the X-Owner-Id header is required');
+    throw new HttpError('missing-owner', 'the X-Owner-Id header is required');
   const body = object(await readBody(req));
-  const { operation, params, provider } = body;
-  const maxAttempts = body.max_attempts ?? null;
+  // Missing fields go as SQL NULL: jobguard checks NULLs and lengths
+  // (22004/22023 -> 400), so this service does not repeat those rules.
+  const request = { ownerId: owner, idempotencyKey: key, operation: body.operation,
+    params: body.params, provider: body.provider, maxAttempts: body.max_attempts };
 
-  // jsonb goes as JSON text, everything else as plain values.  Missing
-  // fields become SQL NULL: jobguard checks NULLs and lengths (22004/22023
-  // -> 400), so this service does not repeat those rules.
-  const { rows } = await pool.query(
-    'SELECT job_id, created FROM jobguard.submit($1, $2, $3, $4::jsonb, $5, $6)',
-    [owner, key, operation ?? null, params == null ? null : JSON.stringify(params),
-     provider ?? null, maxAttempts]);
-  const { job_id: jobId, created } = rows[0];
-  const job = await jobWithAttempts(pool, jobId, false);
-  const headers = { Location: `/jobs/${jobId}` };
-  if (created) send(res, 201, job, headers);
+  // A concurrent request with the same key waits for the first to commit
+  // (see README).  Prefer: wait=N bounds that wait with lock_timeout; on
+  // timeout, 409 request-in-progress.
+  const wait = preferredWait(req.headers.prefer);
+  const headers = {};
+  let submitted;
+  if (wait === null) {
+    submitted = await jg.submit(pool, request);
+  } else {
+    headers['Preference-Applied'] = `wait=${wait}`;
+    submitted = await withClient(pool, async (c) => {
+      await c.query('BEGIN');
+      // lock_timeout 0 would mean "no limit": wait=0 is the shortest timeout
+      await c.query(`SELECT set_config('lock_timeout', $1, true)`, [`${Math.max(1, wait * 1000)}ms`]);
+      const r = await jg.submit(c, request);
+      await c.query('COMMIT');
+      return r;
+    }).catch((err) => {
+      if (err.code === '55P03') {
+        err.message = `a request with Idempotency-Key ${JSON.stringify(key)} is still in progress`;
+        err.responseHeaders = headers;
+      }
+      throw err;
+    });
+  }
+  const job = await jg.job(pool, submitted.jobId);
+  headers.Location = `/jobs/${submitted.jobId}`;
+  if (submitted.created) send(res, 201, job, headers);
   else send(res, 200, job, { ...headers, 'Idempotent-Replayed': 'true' });
 }
 
 // GET /jobs/:id ------------------------------------------------------------
 async function getJob(pool, req, res, jobId) {
-  send(res, 200, await jobWithAttempts(pool, jobId, true));
+  const job = await jg.job(pool, jobId);
+  job.attempts_list = await jg.attempts(pool, jobId);
+  send(res, 200, job);
 }
 
 // POST /jobs/:id/attempts --------------------------------------------------
@@ -124,61 +171,50 @@ async function postAttempt(pool, req, res, jobId) {
   const body = object(await readBody(req));
   const timeout = body.timeout_seconds ?? 30;
   if (typeof timeout !== 'number')
-    throw new HttpError(400, 'invalid_body', 'timeout_seconds must be a number');
-  const db = await pool.connect();
+    throw new HttpError('invalid-body', 'timeout_seconds must be a number');
+  let attempt, created;
   try {
     // One transaction, so that now() is the moment begin_attempt ran: an
     // attempt that started at now() is new, an older one is a replay of
     // attempt_key.  (begin_attempt does not say which.)
-    await db.query('BEGIN');
-    let attemptId;
-    try {
-      const r = await db.query(
-        'SELECT jobguard.begin_attempt($1, $2, make_interval(secs => $3), $4) AS id',
-        [jobId, body.provider ?? null, timeout, body.attempt_key ?? null]);
-      attemptId = r.rows[0].id;
-    } catch (err) {
-      await db.query('ROLLBACK');
-      if (err.code === 'JG002') {
-        // name the blocking attempt in a field, not only in the message text
-        const open = await db.query(
-          `SELECT attempt_id, state, deadline FROM jobguard.attempt_overview
-            WHERE job_id = $1 AND state IN ('started', 'unknown')`, [jobId]);
-        err.blocking = open.rows[0];
-      }
-      throw err;
+    [attempt, created] = await withClient(pool, async (c) => {
+      await c.query('BEGIN');
+      const attemptId = await jg.beginAttempt(c, jobId,
+        { provider: body.provider, timeoutSeconds: timeout, attemptKey: body.attempt_key });
+      const { rows } = await c.query(
+        'SELECT started_at = now() AS created FROM jobguard.attempt_overview WHERE attempt_id = $1',
+        [attemptId]);
+      const a = await jg.attempt(c, attemptId);
+      await c.query('COMMIT');
+      return [a, rows[0].created];
+    });
+  } catch (err) {
+    if (err instanceof jg.AttemptInFlight && err.blockingAttemptId !== null) {
+      // name the blocking attempt in a field, not only in the message text
+      const open = await jg.attempt(pool, err.blockingAttemptId);
+      if (open) err.blocking = { attempt_id: open.attempt_id, state: open.state, deadline: open.deadline };
     }
-    const a = await db.query(
-      'SELECT *, started_at = now() AS created FROM jobguard.attempt_overview WHERE attempt_id = $1',
-      [attemptId]);
-    await db.query('COMMIT');
-    const { created, ...attempt } = a.rows[0];
-    send(res, created ? 201 : 200, attempt,
-      created ? { Location: `/attempts/${attemptId}` } : { 'Idempotent-Replayed': 'true' });
-  } finally {
-    db.release();
+    throw err;
   }
+  send(res, created ? 201 : 200, attempt,
+    created ? { Location: `/attempts/${attempt.attempt_id}` } : { 'Idempotent-Replayed': 'true' });
 }
 
-// POST /attempts/:id/{finish,fail,cancel,unknown} --------------------------
+// POST /attempts/:id/finish: the whole body is the result -----------------
 async function postFinish(pool, req, res, attemptId) {
-  const result = await readBody(req);   // the whole body is the result
-  const { rows } = await pool.query('SELECT jobguard.finish_attempt($1, $2::jsonb) AS outcome',
-    [attemptId, result === undefined ? null : JSON.stringify(result)]);
-  const attempt = await attemptById(pool, attemptId);
-  send(res, 200, { outcome: rows[0].outcome, attempt });
+  const result = await readBody(req);
+  const outcome = await jg.finish(pool, attemptId, result);
+  send(res, 200, { outcome, attempt: await jg.attempt(pool, attemptId) });
 }
 
-async function postTransition(pool, req, res, attemptId, fn, field) {
+// POST /attempts/:id/{fail,cancel,unknown} ----------------------------------
+async function postTransition(pool, req, res, attemptId, action) {
   const body = object(await readBody(req));
-  const args = [attemptId];
-  let sql = `SELECT jobguard.${fn}($1) AS state`;
-  if (field) {
-    args.push(body[field] ?? null);
-    sql = `SELECT jobguard.${fn}($1, $2) AS state`;
-  }
-  const { rows } = await pool.query(sql, args);
-  send(res, 200, { state: rows[0].state, attempt: await attemptById(pool, attemptId) });
+  let state;
+  if (action === 'fail') state = await jg.fail(pool, attemptId, body.error);
+  else if (action === 'cancel') state = await jg.cancelAttempt(pool, attemptId, body.reason);
+  else state = await jg.markUnknown(pool, attemptId);
+  send(res, 200, { state, attempt: await jg.attempt(pool, attemptId) });
 }
 
 // routing -------------------------------------------------------------------
@@ -191,45 +227,59 @@ async function route(pool, req, res) {
     if (m.length === 2 && method === 'GET') return getJob(pool, req, res, id(m[1]));
     if (m.length === 3 && m[2] === 'attempts' && method === 'POST')
       return postAttempt(pool, req, res, id(m[1]));
-  } else if (m[0] === 'attempts' && m.length === 3 && method === 'POST') {
+  } else if (m[0] === 'attempts' && m.length === 3 && method === 'POST'
+    && ['finish', 'fail', 'cancel', 'unknown'].includes(m[2])) {
     const a = id(m[1]);
-    switch (m[2]) {
-      case 'finish': return postFinish(pool, req, res, a);
-      case 'fail': return postTransition(pool, req, res, a, 'fail_attempt', 'error');
-      case 'cancel': return postTransition(pool, req, res, a, 'cancel_attempt', 'reason');
-      case 'unknown': return postTransition(pool, req, res, a, 'mark_unknown', null);
-      default: break;
-    }
+    if (m[2] === 'finish') return postFinish(pool, req, res, a);
+    return postTransition(pool, req, res, a, m[2]);
+  } else if (path === '/openapi.json' && method === 'GET') {
+    return send(res, 200, openapi);
+  } else if (m[0] === 'problems' && m.length === 2 && method === 'GET' && PROBLEM_TYPES[m[1]]) {
+    const [status, meaning] = PROBLEM_TYPES[m[1]];
+    res.writeHead(200, { 'Content-Type': 'text/plain; charset=utf-8' });
+    return res.end(`${m[1]} (HTTP ${status} ${http.STATUS_CODES[status]}): ${meaning}\n`);
   }
-  throw new HttpError(404, 'not_found', `no route for ${method} ${path}`);
+  throw new HttpError('not-found', `no route for ${method} ${path}`);
 }
 
+// createServer: the HTTP server answering with the given pg Pool.
 function createServer(pool) {
   return http.createServer((req, res) => {
     route(pool, req, res).catch((err) => {
-      if (err instanceof HttpError) {
-        send(res, err.status, { type: 'about:blank', title: err.title, status: err.status, detail: err.message });
-        return;
-      }
-      const { status, body } = problemFromError(err);
+      const { status, body } = err instanceof HttpError
+        ? problem(err.problem, err.message) : problemFromError(err);
       if (err.blocking) body.blocking_attempt = err.blocking;
-      if (status === 503) res.setHeader('Retry-After', '1');
+      const headers = { ...(err.responseHeaders || {}) };
+      if (status === 503) headers['Retry-After'] = '1';
       if (status === 500) console.error(err);
-      send(res, status, body);
+      send(res, status, body, headers);
     });
   });
 }
 
-module.exports = { createServer };
+// createPool: a pg Pool that survives a database restart: an idle client
+// whose connection is cut is dropped (and logged) instead of crashing the
+// process, and connecting gives up after a few seconds (then 503).
+function createPool(options = {}) {
+  const pool = new Pool({ max: Number(process.env.PG_POOL_MAX || 10),
+    connectionTimeoutMillis: 5000, ...options });
+  pool.on('error', (err) => console.error(`jobguard http-api: lost an idle connection: ${err.message}`));
+  return pool;
+}
+
+module.exports = { createServer, createPool, preferredWait };
 
 if (require.main === module) {
-  const pool = new Pool({ max: Number(process.env.PG_POOL_MAX || 10) });
+  const pool = createPool();
   const server = createServer(pool);
   const host = process.env.HOST || '127.0.0.1';
   server.listen(Number(process.env.PORT ?? 3000), host, () => {
     console.log(`jobguard http-api listening on http://${host}:${server.address().port}`);
   });
-  const stop = () => server.close(() => pool.end().then(() => process.exit(0)));
+  const stop = () => {
+    server.close(() => pool.end().then(() => process.exit(0)));
+    if (server.closeIdleConnections) server.closeIdleConnections();
+  };
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
 }

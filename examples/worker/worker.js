@@ -13,8 +13,13 @@
 //                      so that it can be compensated).
 // A supervisor cancels attempts that stay unknown; the next worker to pick
 // the job fails over to the operation's certified fallback provider.
+// jobguard's functions are called through the jobguard Node client
+// (clients/node), which throws one error class per jobguard SQLSTATE.
 
-const TRANSIENT = new Set(['JG002', 'JG003', 'JG005']);
+const jg = require('jobguard');
+
+// "not mine": someone else's attempt is open, the job is closed or exhausted
+const TRANSIENT = [jg.AttemptInFlight, jg.JobClosed, jg.AttemptsExhausted];
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 class Worker {
@@ -32,6 +37,7 @@ class Worker {
       timedOut: [], markRaced: 0, lateOutcomes: {} };
   }
 
+  // up to batch pending jobs, oldest first, each with its last attempt's state
   async pending() {
     const { rows } = await this.db.query(
       `SELECT j.job_id, j.operation, j.provider, j.params, j.attempts,
@@ -51,18 +57,17 @@ class Worker {
     return job.provider;
   }
 
+  // one attempt at a job, if the gate lets this worker begin one
   async tryJob(job) {
     const providerName = this.chooseProvider(job);
     const attemptNo = job.attempts + 1;
     let attemptId;
     try {
-      const { rows } = await this.db.query(
-        `SELECT jobguard.begin_attempt($1, $2, make_interval(secs => $3), $4) AS id`,
-        [job.job_id, providerName, (this.timeoutMs + this.deadlineSlackMs) / 1000,
-          `${this.id}/${job.job_id}/${attemptNo}`]);
-      attemptId = rows[0].id;
+      attemptId = await jg.beginAttempt(this.db, job.job_id, { provider: providerName,
+        timeoutSeconds: (this.timeoutMs + this.deadlineSlackMs) / 1000,
+        attemptKey: `${this.id}/${job.job_id}/${attemptNo}` });
     } catch (err) {
-      if (!TRANSIENT.has(err.code)) throw err;
+      if (!TRANSIENT.some((cls) => err instanceof cls)) throw err;
       this.stats.skipped[err.code] = (this.stats.skipped[err.code] || 0) + 1;
       return;
     }
@@ -78,11 +83,11 @@ class Worker {
     if (first === 'timeout') {
       this.stats.timedOut.push(attemptId);
       try {
-        await this.db.query('SELECT jobguard.mark_unknown($1)', [attemptId]);
+        await jg.markUnknown(this.db, attemptId);
       } catch (err) {
         // JG006: a supervisor already cancelled it (its clock reached the
         // deadline first).  Either way, keep listening for the answer.
-        if (err.code !== 'JG006') throw err;
+        if (!(err instanceof jg.InvalidTransition)) throw err;
         this.stats.markRaced++;
       }
       const late = call
@@ -98,17 +103,17 @@ class Worker {
     }
   }
 
+  // report a result; count its outcome
   async finish(attemptId, result, late) {
-    const { rows } = await this.db.query('SELECT jobguard.finish_attempt($1, $2) AS outcome',
-      [attemptId, JSON.stringify(result)]);
-    const outcome = rows[0].outcome;
+    const outcome = await jg.finish(this.db, attemptId, result);
     this.stats[outcome]++;
     if (late) this.stats.lateOutcomes[outcome] = (this.stats.lateOutcomes[outcome] || 0) + 1;
     return outcome;
   }
 
+  // report a provider error; count it
   async fail(attemptId, error, late) {
-    await this.db.query('SELECT jobguard.fail_attempt($1, $2)', [attemptId, String(error.message)]);
+    await jg.fail(this.db, attemptId, String(error.message));
     this.stats.failed++;
     if (late) this.stats.lateOutcomes.failed = (this.stats.lateOutcomes.failed || 0) + 1;
   }
@@ -126,6 +131,7 @@ class Worker {
     }
   }
 
+  // end the run loop after the job in hand
   stop() { this.stopping = true; }
 
   // wait for the late reports of timed-out calls
@@ -145,11 +151,11 @@ async function cancelStuck(db, { graceMs = 0, reason = 'supervisor: no answer, f
   const cancelled = [];
   for (const { attempt_id: id } of rows) {
     try {
-      await db.query('SELECT jobguard.cancel_attempt($1, $2)', [id, reason]);
+      await jg.cancelAttempt(db, id, reason);
       cancelled.push(id);
     } catch (err) {
       // JG006: its late answer arrived between the SELECT and the cancel
-      if (err.code !== 'JG006') throw err;
+      if (!(err instanceof jg.InvalidTransition)) throw err;
     }
   }
   return cancelled;

@@ -1,15 +1,22 @@
 'use strict';
 // End to end: a throwaway database, the real service in a child process,
 // real HTTP requests.  Needs PGHOST/PGPORT/PGUSER of a cluster where
-// jobguard is installed; creates and drops its own database.
+// jobguard is installed; creates and drops its own database.  Every
+// response is checked against the service's own OpenAPI document, which is
+// first validated as OpenAPI 3.1.  JOBGUARD_TEST_RESTART (a command that
+// restarts the cluster; make test exports it) enables the restart test.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { spawn } = require('node:child_process');
 const path = require('node:path');
+const { STATUS_CODES } = require('node:http');
 const { Client } = require('pg');
+const Ajv2020 = require('ajv/dist/2020').default;
+const addFormats = require('ajv-formats').default;
 
 const DB = process.env.JG_HTTP_DB || 'jg_examples_http';
-let server, base, db;
+let server, base, db, openapi, ajv;
+const checked = { responses: 0 };
 
 async function admin(sql) {
   const c = new Client({ database: 'postgres' });
@@ -21,6 +28,7 @@ test.before(async () => {
   await admin(`DROP DATABASE IF EXISTS ${DB}`);
   await admin(`CREATE DATABASE ${DB}`);
   db = new Client({ database: DB });
+  db.on('error', () => {});   // cut by the restart test; reconnected there
   await db.connect();
   await db.query('CREATE EXTENSION jobguard');
   // what the operator sets up once: the charge contract, a certified fallback
@@ -41,6 +49,17 @@ test.before(async () => {
     });
     server.on('exit', (code) => reject(new Error(`server exited with ${code}`)));
   });
+
+  // the OpenAPI document, validated as OpenAPI 3.1, then compiled so that
+  // call() can check every response against it
+  openapi = await (await fetch(`${base}/openapi.json`)).json();
+  const { Validator } = await import('@seriousme/openapi-schema-validator');
+  const verdict = await new Validator().validate(openapi);
+  assert.ok(verdict.valid, `openapi.json is not valid OpenAPI 3.1: ${JSON.stringify(verdict.errors)}`);
+  assert.equal(openapi.openapi, '3.1.0');
+  ajv = new Ajv2020({ strict: false, allErrors: true });
+  addFormats(ajv);
+  ajv.addSchema(openapi, 'openapi.json');
 });
 
 test.after(async () => {
@@ -53,6 +72,48 @@ test.after(async () => {
   await admin(`DROP DATABASE IF EXISTS ${DB} WITH (FORCE)`);
 });
 
+// pointer: a JSON Pointer segment.
+const pointer = (s) => String(s).replace(/~/g, '~0').replace(/\//g, '~1');
+
+// checkResponse: assert that a response is one the OpenAPI document
+// describes (path, method, status, content type, body schema), and that a
+// problem document's title is the status phrase.
+function checkResponse(method, url, res, text) {
+  const pathname = new URL(url, 'http://x').pathname;
+  const template = Object.keys(openapi.paths).find((t) =>
+    new RegExp(`^${t.replace(/\{[^}]+\}/g, '[^/]+')}$`).test(pathname));
+  const status = String(res.status);
+  const op = template && openapi.paths[template][method.toLowerCase()];
+  const where = `${method} ${url} -> ${status}`;
+  if (!op && status === '404') {
+    assert.equal(res.headers.get('content-type'), 'application/problem+json', where);   // no such route
+  } else {
+    assert.ok(op, `${where}: no operation in openapi.json`);
+    let response = op.responses[status];
+    assert.ok(response, `${where}: status not in openapi.json`);
+    let refPath = `#/paths/${pointer(template)}/${method.toLowerCase()}/responses/${status}`;
+    if (response.$ref) {
+      refPath = response.$ref;
+      response = response.$ref.split('/').slice(1).reduce((o, k) => o[k], openapi);
+    }
+    const type = (res.headers.get('content-type') || '').split(';')[0];
+    assert.ok(response.content && response.content[type], `${where}: content type ${type} not in openapi.json`);
+    if (type.endsWith('json')) {
+      const validate = ajv.getSchema(`openapi.json${refPath}/content/${pointer(type)}/schema`);
+      assert.ok(validate(JSON.parse(text)), `${where}: ${ajv.errorsText(validate.errors)}\n${text}`);
+    }
+  }
+  if (res.status >= 400) {
+    const problem = JSON.parse(text);
+    assert.equal(problem.title, STATUS_CODES[res.status], `${where}: title is the status phrase`);
+    assert.equal(problem.status, res.status);
+    assert.match(problem.type, /^\/problems\/[a-z-]+$/);
+  }
+  checked.responses++;
+}
+
+// call: one HTTP request to the service, its response checked against
+// openapi.json; resolves to { status, headers, body (parsed JSON or text) }.
 async function call(method, url, { body, headers = {} } = {}) {
   const res = await fetch(base + url, {
     method,
@@ -60,19 +121,23 @@ async function call(method, url, { body, headers = {} } = {}) {
     body: body === undefined ? undefined : (typeof body === 'string' ? body : JSON.stringify(body)),
   });
   const text = await res.text();
-  return { status: res.status, headers: res.headers, body: text ? JSON.parse(text) : undefined };
+  checkResponse(method, url, res, text);
+  const json = text && (res.headers.get('content-type') || '').includes('json');
+  return { status: res.status, headers: res.headers, body: json ? JSON.parse(text) : text || undefined };
 }
 
+// charge: a request body; submit: POST /jobs; begin: POST /jobs/{id}/attempts
 const charge = (amount) => ({ operation: 'charge', params: { amount, currency: 'EUR' }, provider: 'main-psp' });
-const submit = (owner, key, body) =>
-  call('POST', '/jobs', { body, headers: { 'Idempotency-Key': key, 'X-Owner-Id': owner } });
+const submit = (owner, key, body, headers = {}) =>
+  call('POST', '/jobs', { body, headers: { 'Idempotency-Key': key, 'X-Owner-Id': owner, ...headers } });
 const begin = (jobId, body = {}) => call('POST', `/jobs/${jobId}/attempts`, { body });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 test('missing Idempotency-Key: 400, nothing stored', async () => {
   const r = await call('POST', '/jobs', { body: charge(5), headers: { 'X-Owner-Id': 'nokey' } });
   assert.equal(r.status, 400);
-  assert.equal(r.body.title, 'idempotency_key_missing');
+  assert.equal(r.body.type, '/problems/missing-idempotency-key');
+  assert.equal(r.body.title, 'Bad Request');
   const n = await db.query(`SELECT count(*)::int AS n FROM jobguard.jobs WHERE owner_id = 'nokey'`);
   assert.equal(n.rows[0].n, 0);
 });
@@ -103,6 +168,9 @@ test('same key, different body: 422 JG001, the job is untouched', async () => {
   const r = await submit('bob', 'order-7', charge(501));
   assert.equal(r.status, 422);
   assert.equal(r.body.sqlstate, 'JG001');
+  assert.equal(r.body.type, '/problems/idempotency-key-reused');
+  assert.equal(r.body.title, 'Unprocessable Entity');
+  assert.equal(r.body.condition, 'idempotency_key_reused');
   const job = await call('GET', `/jobs/${first.body.job_id}`);
   assert.deepEqual(job.body.params, { amount: 500, currency: 'EUR' });
   // the same key for another owner is another job
@@ -123,7 +191,7 @@ test('invalid arguments are 400 (22004, 22023), unknown ids 404 (JG008, JG009)',
   assert.equal(r.body.sqlstate, '22023');
   r = await call('POST', '/jobs', { body: '{"operation": ', headers: { 'Idempotency-Key': 'k', 'X-Owner-Id': 'dave' } });
   assert.equal(r.status, 400);
-  assert.equal(r.body.title, 'invalid_json');
+  assert.equal(r.body.type, '/problems/invalid-json');
 
   r = await call('GET', '/jobs/987654');
   assert.equal(r.status, 404);
@@ -273,4 +341,113 @@ test('rejected result, failure and exhausted attempts', async () => {
   assert.equal(exhausted.body.sqlstate, 'JG005');
   const j = (await call('GET', `/jobs/${job.job_id}`)).body;
   assert.equal(j.state, 'failed');
+});
+
+test('Idempotency-Key is a Structured Field: "k" and k are one key, bad syntax is 400', async () => {
+  const quoted = await submit('sf', '"k-2"', charge(12));
+  assert.equal(quoted.status, 201);
+  assert.equal(quoted.body.idempotency_key, 'k-2');
+  const bare = await submit('sf', 'k-2', charge(12));
+  assert.equal(bare.status, 200);
+  assert.equal(bare.body.job_id, quoted.body.job_id);
+  const params = await submit('sf', '"k-2";trace=abc', charge(12));
+  assert.equal(params.body.job_id, quoted.body.job_id);
+  const escaped = await submit('sf', '"say \\"hi\\""', charge(12));
+  assert.equal(escaped.status, 201);
+  assert.equal(escaped.body.idempotency_key, 'say "hi"');
+  for (const bad of ['"k-2', 'k-2 x', '1abc', '"a\\x"', 'a, b', '']) {
+    const r = await submit('sf', bad, charge(12));
+    assert.equal(r.status, 400, `Idempotency-Key: ${bad}`);
+    assert.equal(r.body.type, '/problems/invalid-idempotency-key');
+  }
+  const n = await db.query(`SELECT count(*)::int AS n FROM jobguard.jobs WHERE owner_id = 'sf'`);
+  assert.equal(n.rows[0].n, 2);
+});
+
+test('problem types dereference to their description; /openapi.json is served', async () => {
+  const r = await call('GET', '/problems/attempt-in-flight');
+  assert.equal(r.status, 200);
+  assert.match(r.body, /JG002/);
+  assert.equal((await call('GET', '/problems/no-such-type')).status, 404);
+  const doc = await call('GET', '/openapi.json');
+  assert.equal(doc.body.openapi, '3.1.0');
+});
+
+test('a concurrent identical submit waits and gets 200; with Prefer: wait=0 it gets 409', async () => {
+  // another request with the same key, still in progress: its transaction
+  // has inserted the job and not committed yet
+  const other = new Client({ database: DB });
+  await other.connect();
+  try {
+    await other.query('BEGIN');
+    await other.query(`SELECT jobguard.submit('pat', 'slow-1', 'charge', '{"amount": 4, "currency": "EUR"}', 'main-psp')`);
+    const now = await submit('pat', 'slow-1', { ...charge(4) }, { Prefer: 'wait=0' });
+    assert.equal(now.status, 409);
+    assert.equal(now.body.type, '/problems/request-in-progress');
+    assert.equal(now.body.sqlstate, '55P03');
+    assert.equal(now.headers.get('preference-applied'), 'wait=0');
+    let settled = false;
+    const waiting = submit('pat', 'slow-1', charge(4)).finally(() => { settled = true; });
+    await sleep(500);
+    assert.equal(settled, false, 'without Prefer: wait=0 the request waits');
+    await other.query('COMMIT');
+    const r = await waiting;
+    assert.equal(r.status, 200);
+    assert.equal(r.headers.get('idempotent-replayed'), 'true');
+    const after = await submit('pat', 'slow-1', charge(4), { Prefer: 'wait=0' });
+    assert.equal(after.status, 200, 'nothing in progress: wait=0 changes nothing');
+  } finally {
+    await other.end();
+  }
+});
+
+test('the service survives a database restart and answers again within seconds',
+  { skip: !process.env.JOBGUARD_TEST_RESTART && 'JOBGUARD_TEST_RESTART is not set (make test sets it)', timeout: 120000 },
+  async () => {
+    // warm the pool: several idle connections for the restart to cut
+    await Promise.all(Array.from({ length: 5 }, (_, i) => submit('rita', `before-${i}`, charge(i + 1))));
+    const pid = server.pid;
+    // requests while the cluster restarts: each gets an answer (503 while
+    // the database is down), none hangs and the service does not die
+    let restarting = true;
+    const during = [];
+    const load = (async () => {
+      for (let i = 0; restarting; i++) {
+        during.push(await submit('rita', `during-${i}`, charge(i + 1)));
+        await sleep(20);
+      }
+    })();
+    // stdio ignored: the restarted server must not hold our pipes open
+    const code = await new Promise((resolve) => spawn(process.env.JOBGUARD_TEST_RESTART,
+      { shell: true, stdio: 'ignore' }).on('exit', resolve));
+    assert.equal(code, 0, 'the restart command failed');
+    restarting = false;
+    await load;
+    for (const r of during) assert.ok([200, 201, 503].includes(r.status), `got ${r.status}`);
+    for (const r of during.filter((x) => x.status === 503)) {
+      assert.equal(r.body.type, '/problems/database-unavailable');
+      assert.equal(r.headers.get('retry-after'), '1');
+    }
+    const restartedAt = Date.now();
+    let r;
+    for (;;) {
+      r = await submit('rita', 'after', charge(99));
+      if (r.status === 201 || Date.now() - restartedAt > 10000) break;
+      await sleep(100);
+    }
+    assert.equal(r.status, 201, `answered ${r.status} for 10 s after the restart: ${JSON.stringify(r.body)}`);
+    assert.ok(Date.now() - restartedAt < 10000);
+    assert.equal(server.exitCode, null, 'the service is still running');
+    assert.equal(server.pid, pid);
+    // the test's own connection was cut too: reconnect it for the rest
+    await db.end().catch(() => {});
+    db = new Client({ database: DB });
+    db.on('error', () => {});
+    await db.connect();
+    const job = await call('GET', `/jobs/${r.body.job_id}`);
+    assert.equal(job.status, 200);
+  });
+
+test('every response of this suite was checked against openapi.json', () => {
+  assert.ok(checked.responses > 50, `only ${checked.responses} responses checked`);
 });
