@@ -12,14 +12,16 @@ EXTENSION   = jobguard
 MODULE_big  = jobguard
 OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o src/reading.o src/providers.o src/operating.o src/notify.o src/notifier.o \
               src/store.o src/store_sql.o src/store_admin.o src/rows.o src/rows_catalog.o \
-              src/states.o src/contract_compile.o src/contract_check.o src/security.o src/stats.o src/sweeper.o
-DATA        = jobguard--1.0.sql
+              src/states.o src/contract_compile.o src/contract_check.o src/security.o src/scopes.o src/stats.o src/sweeper.o
+DATA        = jobguard--1.0.sql jobguard--1.1.sql jobguard--1.0--1.1.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-REGRESS      = submit attempts contracts security operations sharding fast_path
+REGRESS      = submit attempts contracts security operations sharding fast_path scopes install update limits
+# what make test runs again on the database update leaves behind (updated from 1.0)
+REGRESS_ON_UPDATED = $(filter-out install update,$(REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race
 ISOLATION_OPTS = --load-extension=jobguard
 
 TAP_TESTS = 1

@@ -107,44 +107,44 @@ SELECT count(*) AS bad_operations FROM jobguard.operations WHERE operation = 'ba
 
 -- finish_attempt applies the contract before the compare-and-swap: a
 -- breaking result fails the attempt ('rejected') and leaves the slot free
-SELECT job_id FROM jobguard.submit('alice', 'p-1', 'extract_person', '{"text": "Ada, 36, London"}', 'model-a');
-SELECT jobguard.begin_attempt(1);
-SELECT jobguard.finish_attempt(1, '{"name": "Ada", "age": 36, "tags": [], "address": {"city": "London"}, "status": "active", "confidence": 0.93}');
-SELECT attempt_no, provider, state, error FROM jobguard.attempts_of(1);
-SELECT state, completed_by, result, version FROM jobguard.job(1);
+SELECT job_id AS p1 FROM jobguard.submit('alice', 'p-1', 'extract_person', '{"text": "Ada, 36, London"}', 'model-a') \gset
+SELECT jobguard.begin_attempt(:p1) AS p1_a1 \gset
+SELECT jobguard.finish_attempt(:p1_a1, '{"name": "Ada", "age": 36, "tags": [], "address": {"city": "London"}, "status": "active", "confidence": 0.93}');
+SELECT attempt_no, provider, state, error FROM jobguard.attempts_of(:p1);
+SELECT state, completed_by, result, version FROM jobguard.job(:p1);
 -- the rejected attempt is failed: it cannot report again
-SELECT pg_temp.sqlstate_of($$SELECT jobguard.finish_attempt(1, '{"name": "Ada"}')$$);
+SELECT pg_temp.sqlstate_of(format($$SELECT jobguard.finish_attempt(%s, '{"name": "Ada"}')$$, :p1_a1));
 -- failover: another provider must be certified for the operation first
-SELECT jobguard.begin_attempt(1, 'model-b');
-SELECT pg_temp.sqlstate_of($$SELECT jobguard.begin_attempt(1, 'model-b')$$);
+SELECT jobguard.begin_attempt(:p1, 'model-b');
+SELECT pg_temp.sqlstate_of(format($$SELECT jobguard.begin_attempt(%s, 'model-b')$$, :p1));
 SELECT jobguard.certify_provider('extract_person', 'model-b',
 	'{"suite": "extract-person-v2", "cases": 120, "passed": 120, "temperature": 0}');
-SELECT jobguard.begin_attempt(1, 'model-b');
-SELECT jobguard.finish_attempt(2, '{"name": "Ada", "age": 36, "tags": ["math"], "address": {"city": "London"}, "status": "active"}');
-SELECT state, completed_by, result->>'name' AS name, version FROM jobguard.job(1);
+SELECT jobguard.begin_attempt(:p1, 'model-b') AS p1_a2 \gset
+SELECT jobguard.finish_attempt(:p1_a2, '{"name": "Ada", "age": 36, "tags": ["math"], "address": {"city": "London"}, "status": "active"}');
+SELECT state, completed_by, result->>'name' AS name, version FROM jobguard.job(:p1);
 -- the job's own provider never needs a certification
-SELECT job_id FROM jobguard.submit('alice', 'p-2', 'extract_person', '{"text": "Bob"}', 'model-a');
-SELECT jobguard.begin_attempt(2, 'model-a') AS own_provider_attempt;
-SELECT jobguard.fail_attempt(3, 'rate limited');
+SELECT job_id AS p2 FROM jobguard.submit('alice', 'p-2', 'extract_person', '{"text": "Bob"}', 'model-a') \gset
+SELECT jobguard.begin_attempt(:p2, 'model-a') AS own_provider_attempt \gset
+SELECT jobguard.fail_attempt(:own_provider_attempt, 'rate limited');
 
 -- revoke: the provider is refused again; revoking it twice is an error
 SELECT jobguard.revoke_provider('extract_person', 'model-b');
-SELECT pg_temp.sqlstate_of($$SELECT jobguard.begin_attempt(2, 'model-b')$$);
+SELECT pg_temp.sqlstate_of(format($$SELECT jobguard.begin_attempt(%s, 'model-b')$$, :p2));
 SELECT jobguard.revoke_provider('extract_person', 'model-b');
 SELECT jobguard.revoke_provider('extract_person', 'no-such-model');
 -- a certification is for one operation only
 SELECT jobguard.certify_provider('classify', 'model-c');
-SELECT pg_temp.sqlstate_of($$SELECT jobguard.begin_attempt(2, 'model-c')$$);
+SELECT pg_temp.sqlstate_of(format($$SELECT jobguard.begin_attempt(%s, 'model-c')$$, :p2));
 -- certifying again renews it, with the new evidence
 SELECT jobguard.certify_provider('extract_person', 'model-b', '{"suite": "extract-person-v3"}');
-SELECT jobguard.begin_attempt(2, 'model-b') AS recertified_attempt;
+SELECT jobguard.begin_attempt(:p2, 'model-b') AS recertified_attempt \gset
 SELECT operation, provider, certified, evidence, revoked_at IS NULL AS never_revoked_since, operation_has_contract
   FROM jobguard.certification_overview ORDER BY operation, provider;
 
 -- redefining a contract takes effect on the next finish, in this backend too
 SELECT jobguard.define_operation('extract_person', '{"type": "object", "required": ["name"]}');
-SELECT jobguard.finish_attempt(4, '{"name": "Bob", "anything": "goes now"}');
-SELECT state, result FROM jobguard.job(2);
+SELECT jobguard.finish_attempt(:recertified_attempt, '{"name": "Bob", "anything": "goes now"}');
+SELECT state, result FROM jobguard.job(:p2);
 
 -- bad input
 SELECT t.call, pg_temp.sqlstate_of(t.call) AS refused

@@ -12,8 +12,8 @@ SELECT jobguard.fast_path_status();
 
 -- the rows a lifecycle writes: every column, defaults included
 SELECT * FROM jobguard.submit('alice', 'k1', 'charge', '{"amount": 1}', 'stripe', 3);
-SELECT jobguard.begin_attempt(1, NULL, '30 seconds', 'w-1');
-SELECT jobguard.finish_attempt(1, '{"id": "ch_1"}');
+SELECT jobguard.begin_attempt(1, NULL, '30 seconds', 'w-1') AS k1_attempt \gset
+SELECT jobguard.finish_attempt(:k1_attempt, '{"id": "ch_1"}');
 SELECT id, owner_id, idempotency_key, operation, params, provider, max_attempts,
 	   version, completed_by, result, created_at > now() - interval '1 minute' AS created_recently,
 	   completed_at IS NOT NULL AS completed, cancelled_at, cancel_reason
@@ -27,8 +27,9 @@ SELECT id, job_id, attempt_no, provider, state, read_version, attempt_key,
 SET jobguard.fast_path = off;
 SELECT jobguard.fast_path_status();
 SELECT * FROM jobguard.submit('alice', 'k2', 'charge', '{"amount": 1}', 'stripe', 3);
-SELECT jobguard.begin_attempt(2, NULL, '30 seconds', 'w-1');
-SELECT jobguard.finish_attempt(2, '{"id": "ch_1"}');
+SELECT id AS k2_job FROM jobguard.jobs WHERE owner_id = 'alice' AND idempotency_key = 'k2' \gset
+SELECT jobguard.begin_attempt(:k2_job, NULL, '30 seconds', 'w-1') AS k2_attempt \gset
+SELECT jobguard.finish_attempt(:k2_attempt, '{"id": "ch_1"}');
 SET jobguard.fast_path = on;
 SELECT count(DISTINCT (j.operation, j.params, j.provider, j.max_attempts, j.version,
 					   j.result, a.state, a.read_version, a.attempt_key,
@@ -68,10 +69,11 @@ ALTER TABLE jobguard.jobs DROP CONSTRAINT params_have_amount;
 -- and on an update: a rule on results applies to the compare-and-swap
 ALTER TABLE jobguard.jobs ADD CONSTRAINT results_are_objects
 	CHECK (jsonb_typeof(result) = 'object') NOT VALID;
-SELECT jobguard.begin_attempt(5);
-SELECT pg_temp.sqlstate_of($$SELECT jobguard.finish_attempt(3, '[1, 2]')$$);
-SELECT jobguard.job_state(5), (SELECT state FROM jobguard.attempts WHERE id = 3);
-SELECT jobguard.finish_attempt(3, '{"id": "ch_5"}');
+SELECT id AS bob_k2 FROM jobguard.jobs WHERE owner_id = 'bob' AND idempotency_key = 'k2' \gset
+SELECT jobguard.begin_attempt(:bob_k2) AS bob_k2_attempt \gset
+SELECT pg_temp.sqlstate_of(format($$SELECT jobguard.finish_attempt(%s, '[1, 2]')$$, :bob_k2_attempt));
+SELECT jobguard.job_state(:bob_k2), (SELECT state FROM jobguard.attempts WHERE id = :bob_k2_attempt);
+SELECT jobguard.finish_attempt(:bob_k2_attempt, '{"id": "ch_5"}');
 ALTER TABLE jobguard.jobs DROP CONSTRAINT results_are_objects;
 
 -- a column added to a table the fast path does not know: SQL takes over,

@@ -9,13 +9,13 @@ CREATE EXTENSION IF NOT EXISTS dblink;
 SELECT dblink_connect('waiter', format('dbname=%s port=%s host=%s', current_database(),
 	current_setting('port'), split_part(current_setting('unix_socket_directories'), ',', 1)));
 SELECT job_id FROM jobguard.submit('alice', 'k1', 'charge', '{}', 'stripe');
-SELECT jobguard.begin_attempt(1);
+SELECT jobguard.begin_attempt(1) AS a1 \gset
 SELECT dblink_send_query('waiter', $$SELECT jobguard.await(1, '60 seconds'), clock_timestamp()$$);
 SELECT pg_sleep(0.3);
 SELECT dblink_is_busy('waiter') AS still_waiting;
 -- an uncommitted result does not wake it
 BEGIN;
-SELECT jobguard.finish_attempt(1, '{"id": "ch_1"}');
+SELECT jobguard.finish_attempt(:a1, '{"id": "ch_1"}');
 SELECT pg_sleep(0.3);
 SELECT dblink_is_busy('waiter') AS still_waiting_before_commit;
 COMMIT;
@@ -30,24 +30,24 @@ SELECT dblink_disconnect('waiter');
 SELECT clock_timestamp() AS t0 \gset
 SELECT jobguard.await(1, '10 seconds');
 SELECT clock_timestamp() - :'t0' < interval '1 second' AS at_once;
-SELECT job_id FROM jobguard.submit('alice', 'k2', 'charge', '{}', 'stripe');
+SELECT job_id AS k2_job FROM jobguard.submit('alice', 'k2', 'charge', '{}', 'stripe') \gset
 SELECT clock_timestamp() AS t0 \gset
-SELECT jobguard.await(2, '300 milliseconds');
+SELECT jobguard.await(:k2_job, '300 milliseconds');
 SELECT clock_timestamp() - :'t0' >= interval '300 milliseconds' AS waited_the_timeout;
-SELECT jobguard.await(2, '0 seconds');
+SELECT jobguard.await(:k2_job, '0 seconds');
 -- statement_timeout and cancel interrupt it
 SET statement_timeout = '200ms';
-SELECT jobguard.await(2, '1 day');
+SELECT jobguard.await(:k2_job, '1 day');
 RESET statement_timeout;
 -- a REPEATABLE READ snapshot could never see the outcome
 BEGIN ISOLATION LEVEL REPEATABLE READ;
-SELECT jobguard.await(2, '1 second');
+SELECT jobguard.await(:k2_job, '1 second');
 ROLLBACK;
 SELECT t.call, pg_temp.sqlstate_of(t.call) AS refused
   FROM (VALUES
 	($$SELECT jobguard.await(NULL, '1 second')$$),
-	('SELECT jobguard.await(2, NULL)'),
-	($$SELECT jobguard.await(2, '-1 second')$$),
+	(format('SELECT jobguard.await(%s, NULL)', :k2_job)),
+	(format($$SELECT jobguard.await(%s, '-1 second')$$, :k2_job)),
 	($$SELECT jobguard.await(999, '1 second')$$)
   ) AS t(call);
 

@@ -32,9 +32,11 @@ SELECT public.jg_sqlstate_of($$SELECT jobguard.submit('o', 'k', 'op', '{}', 'p')
 SELECT public.jg_sqlstate_of($$SELECT * FROM jobguard.job_overview$$);
 SELECT public.jg_sqlstate_of($$SELECT * FROM jobguard.jobs$$);
 RESET ROLE;
-SELECT jobguard.grant_client('regress_jg_app');
-SELECT jobguard.grant_reader('regress_jg_reader');
-SELECT jobguard.grant_client('regress_jg_evil');
+-- app and evil are clients of one scope, as every client was in 1.0: evil
+-- acts on the jobs app submits.  The reader reads every scope, payloads too.
+SELECT jobguard.grant_client('regress_jg_app', 'shop');
+SELECT jobguard.grant_reader('regress_jg_reader', payloads => true);
+SELECT jobguard.grant_client('regress_jg_evil', 'shop');
 SELECT jobguard.define_operation('charge', '{"type": "object", "required": ["id"]}');
 SELECT jobguard.certify_provider('charge', 'adyen');
 
@@ -42,16 +44,16 @@ SELECT jobguard.certify_provider('charge', 'adyen');
 SET ROLE regress_jg_app;
 SELECT job_id, created FROM jobguard.submit('alice', 'k1', 'charge', '{"amount": 1}', 'stripe');
 SELECT job_id, created FROM jobguard.submit('alice', 'k1', 'charge', '{"amount": 1}', 'stripe');
-SELECT jobguard.begin_attempt(1, timeout => '1 minute');
-SELECT jobguard.mark_unknown(1);
-SELECT jobguard.cancel_attempt(1, 'fail over');
-SELECT jobguard.begin_attempt(1, 'adyen');
-SELECT jobguard.finish_attempt(2, '{"wrong": true}');
-SELECT jobguard.begin_attempt(1, 'adyen');
-SELECT jobguard.fail_attempt(3, 'declined');
-SELECT jobguard.begin_attempt(1);
-SELECT jobguard.finish_attempt(4, '{"id": "ch_1"}');
-SELECT jobguard.finish_attempt(1, '{"id": "ch_late"}');
+SELECT jobguard.begin_attempt(1, timeout => '1 minute') AS a1 \gset
+SELECT jobguard.mark_unknown(:a1);
+SELECT jobguard.cancel_attempt(:a1, 'fail over');
+SELECT jobguard.begin_attempt(1, 'adyen') AS a2 \gset
+SELECT jobguard.finish_attempt(:a2, '{"wrong": true}');
+SELECT jobguard.begin_attempt(1, 'adyen') AS a3 \gset
+SELECT jobguard.fail_attempt(:a3, 'declined');
+SELECT jobguard.begin_attempt(1) AS a4 \gset
+SELECT jobguard.finish_attempt(:a4, '{"id": "ch_1"}');
+SELECT jobguard.finish_attempt(:a1, '{"id": "ch_late"}');
 SELECT job_id AS k2_job FROM jobguard.submit('alice', 'k2', 'charge', '{}', 'stripe') \gset
 SELECT jobguard.cancel_job(:k2_job, 'changed my mind');
 SELECT jobguard.job_state(1), (jobguard.job(1)).state;
@@ -68,7 +70,7 @@ SELECT public.jg_sqlstate_of($$UPDATE jobguard.jobs SET result = '{"id": "forged
 SELECT public.jg_sqlstate_of($$DELETE FROM jobguard.attempts$$);
 SELECT public.jg_sqlstate_of($$INSERT INTO jobguard.attempts (job_id, attempt_no, provider, read_version, deadline) VALUES (1, 9, 'p', 1, now() + interval '1 day')$$);
 SELECT public.jg_sqlstate_of($$UPDATE jobguard.operations SET output_contract = '{}'$$);
-SELECT public.jg_sqlstate_of($$SELECT nextval('jobguard.jobs_id_seq')$$);
+SELECT public.jg_sqlstate_of($$SELECT nextval('jobguard.id_seq')$$);
 -- nor define contracts, certify providers or hand out grants
 SELECT public.jg_sqlstate_of($$SELECT jobguard.define_operation('charge', '{}')$$);
 SELECT public.jg_sqlstate_of($$SELECT jobguard.certify_provider('charge', 'shady')$$);
@@ -84,6 +86,14 @@ SELECT count(*) AS violations FROM jobguard.check_invariants();
 SELECT public.jg_sqlstate_of($$SELECT jobguard.submit('o', 'k', 'op', '{}', 'p')$$);
 SELECT public.jg_sqlstate_of($$SELECT jobguard.cancel_job(1, 'x')$$);
 SELECT public.jg_sqlstate_of($$SELECT * FROM jobguard.attempts$$);
+RESET ROLE;
+-- a reader granted without payloads (the default) sees the jobs and their
+-- states, but not their params, results, errors or lost results
+SELECT jobguard.grant_reader('regress_jg_reader');
+SET ROLE regress_jg_reader;
+SELECT job_id, state, params, result FROM jobguard.job_overview ORDER BY job_id;
+SELECT (jobguard.job(1)).params, (jobguard.job(1)).result;
+SELECT attempt_no, state, error, lost_result FROM jobguard.attempts_of(1);
 RESET ROLE;
 
 -- a role that plants look-alikes in its own schema and puts it first in
@@ -158,6 +168,6 @@ SELECT public.jg_sqlstate_of($$SELECT jobguard.revoke_client(NULL)$$);
 
 -- clean up the roles (they are cluster-wide)
 DROP SCHEMA regress_jg_evil CASCADE;
-SELECT jobguard.revoke_client(r) FROM unnest(ARRAY['regress_jg_reader', 'regress_jg_evil']) r;
+SELECT jobguard.revoke_client(r) FROM unnest(ARRAY['regress_jg_reader', 'regress_jg_evil']::regrole[]) r;
 DROP ROLE regress_jg_nobody, regress_jg_app, regress_jg_reader, regress_jg_evil;
 DROP FUNCTION public.jg_sqlstate_of(text);

@@ -10,13 +10,13 @@ SELECT job_id, job_id % 4 AS shard FROM jobguard.submit('alice', 'k1', 'charge',
 SELECT job_id, job_id % 4 AS shard FROM jobguard.submit('alice', 'k1', 'charge', '{}', 'stripe');
 SELECT job_id, job_id % 4 AS shard FROM jobguard.submit('bob', 'k1', 'charge', '{}', 'stripe');
 SELECT a, a % 4 AS shard FROM jobguard.begin_attempt(2) a;
-SELECT jobguard.fail_attempt(2, 'declined');
+SELECT jobguard.fail_attempt((SELECT id FROM jobguard.attempts WHERE job_id = 2), 'declined');
 SELECT a, a % 4 AS shard FROM jobguard.begin_attempt(2) a;
 SELECT bool_and(id % 4 = 2) AS all_job_ids_on_shard_2 FROM jobguard.jobs;
 SELECT bool_and(id % 4 = 2) AS all_attempt_ids_on_shard_2 FROM jobguard.attempts;
 
 -- once jobs exist, another configuration is refused; the same one is not
--- (a shard restored from pg_dump re-applies it to get its sequences back)
+-- (a shard restored from pg_dump re-applies it to get its id sequence back)
 SELECT jobguard.configure_shard(1, 4);
 SELECT jobguard.configure_shard(2, 8);
 SELECT jobguard.configure_shard(2, 4);

@@ -14,8 +14,10 @@
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
+#include "access/detoast.h"
 
 #include "args.h"
+#include "store.h"
 #include "errcodes.h"
 
 /*
@@ -85,6 +87,29 @@ jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 	return PointerGetDatum(PG_GETARG_JSONB_P(argno));
 }
 
+/* GUC jobguard.max_payload_size: the largest params, result or error, in kB. */
+int			max_payload_kb = 1024;
+
+/*
+ * require_payload_size: refuse (54000) a params, result or error larger
+ * than jobguard.max_payload_size, before anything is written: a job's
+ * payloads live in its row for as long as the job is kept, and are read
+ * back by every replay and every reader.
+ */
+void
+require_payload_size(Datum value, const char *name)
+{
+	Size		size = toast_raw_datum_size(value) - VARHDRSZ;
+
+	if (size > (Size) max_payload_kb * 1024)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("argument \"%s\" is too large", name),
+				 errdetail("It takes %zu bytes; jobguard.max_payload_size allows %d kB.",
+						   size, max_payload_kb),
+				 errhint("Keep large data elsewhere and pass a reference to it.")));
+}
+
 
 /*
  * result_tupdesc: the blessed row descriptor of a function returning a
@@ -115,21 +140,50 @@ text_result(const char *s)
 {
 	return PointerGetDatum(cstring_to_text(s));
 }
-/* report_job_not_found: raise JG008 for a job id that names no job. */
+/*
+ * report_job_not_found: raise JG008 for a job id that names no job the
+ * caller may use (act on or read).  Job and attempt ids never coincide, so
+ * when the number is the id of an attempt the caller may use, DETAIL says
+ * so; another scope's job or attempt is answered as if it did not exist.
+ * Runs inside store_connect().
+ */
 void
 pg_attribute_noreturn()
-report_job_not_found(int64 job_id)
+report_job_not_found(int64 job_id, Oid caller, ScopeUse use)
 {
+	char	   *job_scope;
+	char	   *attempt_scope;
+
+	store_id_scopes(job_id, &job_scope, &attempt_scope);
+	if (attempt_scope != NULL && scopes_allow(caller, use, attempt_scope))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_NOT_FOUND),
+				 errmsg("job %lld does not exist", (long long) job_id),
+				 errdetail("%lld is the id of an attempt, not of a job.", (long long) job_id),
+				 errhint("Pass a job id, as returned by jobguard.submit().")));
 	ereport(ERROR,
 			(errcode(ERRCODE_JG_JOB_NOT_FOUND),
 			 errmsg("job %lld does not exist", (long long) job_id)));
 }
 
-/* report_attempt_not_found: raise JG009 for an id that names no attempt. */
+/*
+ * report_attempt_not_found: raise JG009 for an id that names no attempt
+ * the caller may use; DETAIL says when the number is a job id instead.
+ */
 void
 pg_attribute_noreturn()
-report_attempt_not_found(int64 attempt_id)
+report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use)
 {
+	char	   *job_scope;
+	char	   *attempt_scope;
+
+	store_id_scopes(attempt_id, &job_scope, &attempt_scope);
+	if (job_scope != NULL && scopes_allow(caller, use, job_scope))
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_ATTEMPT_NOT_FOUND),
+				 errmsg("attempt %lld does not exist", (long long) attempt_id),
+				 errdetail("%lld is the id of a job, not of an attempt.", (long long) attempt_id),
+				 errhint("Pass an attempt id, as returned by jobguard.begin_attempt().")));
 	ereport(ERROR,
 			(errcode(ERRCODE_JG_ATTEMPT_NOT_FOUND),
 			 errmsg("attempt %lld does not exist", (long long) attempt_id)));

@@ -20,6 +20,8 @@
 #include "fmgr.h"
 #include "access/tupdesc.h"
 
+#include "scopes.h"
+
 /* Longest owner_id, idempotency_key and attempt_key, in characters. */
 #define MAX_KEY_CHARS 255
 /* Longest operation and provider name, in characters. */
@@ -41,8 +43,10 @@ extern Datum optional_text_arg(FunctionCallInfo fcinfo, int argno,
 							   const char *name, int max_chars, bool *isnull);
 extern int64 int64_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern Datum jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name);
-extern void report_job_not_found(int64 job_id) pg_attribute_noreturn();
-extern void report_attempt_not_found(int64 attempt_id) pg_attribute_noreturn();
+extern int	max_payload_kb;
+extern void require_payload_size(Datum value, const char *name);
+extern void report_job_not_found(int64 job_id, Oid caller, ScopeUse use) pg_attribute_noreturn();
+extern void report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use) pg_attribute_noreturn();
 extern void report_retries_exhausted(const char *what, int64 id) pg_attribute_noreturn();
 extern TupleDesc result_tupdesc(FunctionCallInfo fcinfo);
 extern Datum text_result(const char *s);

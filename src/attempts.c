@@ -10,7 +10,9 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
 #include "utils/fmgrprotos.h"
 
 #include "args.h"
@@ -43,6 +45,33 @@ is_own_begin_replay(const AttemptRow *last, const char *attempt_key,
 }
 
 /*
+ * looks_like_interval: whether a provider name reads as an interval ('10
+ * seconds', '1 min', 'PT30S'), i.e. a timeout passed as the second
+ * argument by mistake.  Uses the interval parser's own decoding, which
+ * reports failure instead of raising an error.
+ */
+static bool
+looks_like_interval(const char *s)
+{
+	char		workbuf[256];
+	char	   *field[MAXDATEFIELDS];
+	int			ftype[MAXDATEFIELDS];
+	int			nf;
+	int			dtype;
+	struct pg_itm_in itm;
+
+	if (strlen(s) >= sizeof(workbuf) / 2)
+		return false;
+	/* a bare number is more likely a provider called "2" than a timeout */
+	if (strspn(s, "0123456789") == strlen(s))
+		return false;
+	if (ParseDateTime(s, workbuf, sizeof(workbuf), field, ftype, MAXDATEFIELDS, &nf) == 0 &&
+		DecodeInterval(field, ftype, nf, INTERVAL_FULL_RANGE, &dtype, &itm) == 0)
+		return true;
+	return DecodeISO8601Interval(unconstify(char *, s), &dtype, &itm) == 0;
+}
+
+/*
  * refused_begin: why the gate refused a begin, as the caller-facing error,
  * in the order SPEC.md gives: no job (JG008), closed job (JG003), open
  * attempt (JG002), attempts used up (JG005), fallback not certified
@@ -51,14 +80,15 @@ is_own_begin_replay(const AttemptRow *last, const char *attempt_key,
  * race that has since resolved): the caller tries again.
  */
 static int64
-refused_begin(int64 job_id, const char *provider, const char *attempt_key)
+refused_begin(int64 job_id, const char *scope, Oid userid, const char *provider,
+			  const char *attempt_key)
 {
 	JobRow		job;
 	AttemptRow	last;
 	bool		has_last;
 
-	if (!store_lock_job(job_id, &job))
-		report_job_not_found(job_id);
+	if (!store_lock_job(job_id, scope, &job))
+		report_job_not_found(job_id, userid, SCOPE_ACT);
 	has_last = store_last_attempt(job_id, &last);
 	if (has_last && is_own_begin_replay(&last, attempt_key, provider))
 		return last.id;
@@ -72,6 +102,9 @@ refused_begin(int64 job_id, const char *provider, const char *attempt_key)
 						provider, job.operation),
 				 errdetail("Job %lld targets provider \"%s\"; a fallback provider must be certified for the job's operation.",
 						   (long long) job_id, job.provider),
+				 looks_like_interval(provider) ?
+				 errhint("\"%s\" reads as a time span: the timeout is begin_attempt's third argument (timeout => '%s').",
+						 provider, provider) :
 				 errhint("Certify it with jobguard.certify_provider() once it passes the operation's contract tests.")));
 	return 0;
 }
@@ -98,6 +131,8 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 	Datum		attempt_key = optional_text_arg(fcinfo, 3, "attempt_key", MAX_KEY_CHARS, &attempt_key_null);
 	int64		attempt_id = 0;
 	Interval	zero_interval = {0};
+	Oid			userid = GetUserId();
+	const char *scope = scopes_acting_scope(userid);
 
 	require_arg(fcinfo, 2, "timeout");
 	timeout = PG_GETARG_DATUM(2);
@@ -114,7 +149,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 	{
 		if (tries > MAX_TRIES)
 			report_retries_exhausted("begin an attempt of job", job_id);
-		attempt_id = store_begin_attempt(job_id, provider_arg, provider_null, timeout,
+		attempt_id = store_begin_attempt(job_id, scope, provider_arg, provider_null, timeout,
 										 attempt_key, attempt_key_null);
 		if (attempt_id != 0)
 		{
@@ -123,7 +158,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 			stats_gauge_move(GAUGE_JOBS_PENDING, GAUGE_JOBS_RUNNING, 1);
 		}
 		else
-			attempt_id = refused_begin(job_id,
+			attempt_id = refused_begin(job_id, scope, userid,
 									   provider_null ? NULL : TextDatumGetCString(provider_arg),
 									   attempt_key_null ? NULL : TextDatumGetCString(attempt_key));
 	}
@@ -138,10 +173,10 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
  * is still in the state it read, and so waits for them too.
  */
 static void
-lock_attempt(int64 attempt_id, AttemptRow *attempt)
+lock_attempt(int64 attempt_id, Oid userid, AttemptRow *attempt)
 {
-	if (!store_lock_attempt(attempt_id, attempt))
-		report_attempt_not_found(attempt_id);
+	if (!store_lock_attempt(attempt_id, scopes_acting_scope(userid), attempt))
+		report_attempt_not_found(attempt_id, userid, SCOPE_ACT);
 }
 
 /*
@@ -177,11 +212,13 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	SavedIdentity caller;		/* restored by store_finish() */
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	Datum		error = text_arg(fcinfo, 1, "error", UNLIMITED_CHARS);
+	Oid			userid = GetUserId();
 	AttemptRow	attempt;
 	int			job_before;
 
+	require_payload_size(error, "error");
 	store_connect(&caller);
-	lock_attempt(attempt_id, &attempt);
+	lock_attempt(attempt_id, userid, &attempt);
 	require_transition(ACTION_FAIL, &attempt);
 	job_before = job_gauge_before(attempt.job_id);
 	store_close_attempt(attempt_id, attempt.stored_state, ATTEMPT_FAILED,
@@ -204,10 +241,11 @@ jobguard_mark_unknown(PG_FUNCTION_ARGS)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Oid			userid = GetUserId();
 	AttemptRow	attempt;
 
 	store_connect(&caller);
-	lock_attempt(attempt_id, &attempt);
+	lock_attempt(attempt_id, userid, &attempt);
 	require_transition(ACTION_MARK_UNKNOWN, &attempt);
 	if (attempt.stored_state != ATTEMPT_UNKNOWN)
 	{
@@ -234,11 +272,12 @@ jobguard_cancel_attempt(PG_FUNCTION_ARGS)
 	SavedIdentity caller;		/* restored by store_finish() */
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
+	Oid			userid = GetUserId();
 	AttemptRow	attempt;
 	int			job_before;
 
 	store_connect(&caller);
-	lock_attempt(attempt_id, &attempt);
+	lock_attempt(attempt_id, userid, &attempt);
 	require_transition(ACTION_CANCEL, &attempt);
 	job_before = job_gauge_before(attempt.job_id);
 	store_cancel_attempt(attempt_id, reason);
@@ -262,11 +301,13 @@ jobguard_cancel_job(PG_FUNCTION_ARGS)
 	SavedIdentity caller;		/* restored by store_finish() */
 	int64		job_id = int64_arg(fcinfo, 0, "job_id");
 	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
+	Oid			userid = GetUserId();
+	const char *scope = scopes_acting_scope(userid);
 	JobRow		job;
 
 	store_connect(&caller);
-	if (!store_lock_job(job_id, &job))
-		report_job_not_found(job_id);
+	if (!store_lock_job(job_id, scope, &job))
+		report_job_not_found(job_id, userid, SCOPE_ACT);
 	if (job.completed)
 		ereport(ERROR,
 				(errcode(ERRCODE_JG_JOB_CLOSED),

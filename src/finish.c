@@ -10,6 +10,7 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -171,7 +172,10 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	Datum		result = jsonb_arg(fcinfo, 1, "result");
 	const char *outcome = NULL;
+	Oid			userid = GetUserId();
+	const char *scope = scopes_acting_scope(userid);
 
+	require_payload_size(result, "result");
 	store_connect(&caller);
 	for (int tries = 1; outcome == NULL; tries++)
 	{
@@ -180,8 +184,8 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 
 		if (tries > MAX_TRIES)
 			report_retries_exhausted("finish attempt", attempt_id);
-		if (!store_read_for_finish(attempt_id, &attempt, &job))
-			report_attempt_not_found(attempt_id);
+		if (!store_read_for_finish(attempt_id, scope, &attempt, &job))
+			report_attempt_not_found(attempt_id, userid, SCOPE_ACT);
 		outcome = finish_once(&attempt, &job, result);
 	}
 	store_finish(&caller);

@@ -16,6 +16,7 @@
 #include "utils/guc.h"
 
 #include "notifier.h"
+#include "args.h"
 #include "notify.h"
 #include "stats.h"
 #include "store.h"
@@ -43,6 +44,11 @@ _PG_init(void)
 							 "Same rules, same locks, same answers, less work per call; off runs the SQL statements "
 							 "(used to check both give the same results).",
 							 &rows_fast_path, true, PGC_USERSET, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("jobguard.max_payload_size",
+							"The largest params, result or error a call accepts.",
+							"Larger ones are refused with SQLSTATE 54000 and nothing is written.",
+							&max_payload_kb, 1024, 1, 1024 * 1024, PGC_SUSET, GUC_UNIT_KB,
+							NULL, NULL, NULL);
 	sweeper_init();
 	/* after sweeper_init, which defines the jobguard.database it reads */
 	notifier_init();

@@ -47,7 +47,7 @@ notify_if_job_failed(int64 job_id)
 {
 	char	   *state;
 
-	if (store_fresh_job_state(job_id, &state) &&
+	if (store_fresh_job_state(job_id, &state, NULL) &&
 		strcmp(state, "failed") == 0)
 		notify_job(job_id, "failed");
 }

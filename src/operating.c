@@ -66,6 +66,8 @@ jobguard_await(PG_FUNCTION_ARGS)
 	long		sleep_ms = AWAIT_FIRST_SLEEP_MS;
 	char	   *state;
 	bool		shared;
+	char	   *scope;
+	Oid			userid = GetUserId();
 
 	require_arg(fcinfo, 1, "timeout");
 	timeout = PG_GETARG_INTERVAL_P(1);
@@ -91,8 +93,9 @@ jobguard_await(PG_FUNCTION_ARGS)
 		long		remaining_ms;
 
 		store_connect(&caller);
-		if (!store_fresh_job_state(job_id, &state))
-			report_job_not_found(job_id);
+		if (!store_fresh_job_state(job_id, &state, &scope) ||
+			!scopes_allow(userid, SCOPE_READ, scope))
+			report_job_not_found(job_id, userid, SCOPE_READ);
 		store_finish(&caller);
 
 		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);

@@ -88,11 +88,12 @@ fetch_by_key(Relation heap, Oid indexoid, int nkeys, const Datum *values,
 			 Snapshot snap, TupleTableSlot *slot)
 {
 	Relation	index = index_open(indexoid, AccessShareLock);
-	ScanKeyData keys[2];
+	ScanKeyData keys[3];
 	IndexScanDesc scan;
 	bool		found;
 
-	Assert(nkeys <= 2);
+	if (nkeys > (int) lengthof(keys))
+		elog(ERROR, "jobguard: index look-up with %d keys", nkeys);
 	for (int i = 0; i < nkeys; i++)
 		ScanKeyEntryInitialize(&keys[i], 0, i + 1, BTEqualStrategyNumber,
 							   InvalidOid, index->rd_indcollation[i],
@@ -474,11 +475,12 @@ now_timestamp(void)
 
 /*
  * insert_job: store_insert_job() without SQL: INSERT ... ON CONFLICT
- * (owner_id, idempotency_key) DO NOTHING.  As in SQL, the id is drawn from
- * the sequence before the conflict check, so a replay leaves a gap.
+ * (scope, owner_id, idempotency_key) DO NOTHING.  As in SQL, the id is
+ * drawn from the sequence before the conflict check, so a replay leaves a
+ * gap.
  */
 static bool
-insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
+insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		   Datum params, Datum provider,
 		   Datum max_attempts, bool max_attempts_null, int64 *job_id)
 {
@@ -497,6 +499,7 @@ insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
 	set(&w, a[JOB_PARAMS], params, false);
 	set(&w, a[JOB_PROVIDER], provider, false);
 	set(&w, a[JOB_MAX_ATTEMPTS], max_attempts, max_attempts_null);
+	set(&w, a[JOB_SCOPE], scope, false);
 	/* id, version and created_at: the columns' defaults, as in SQL */
 	inserted = insert_unless_conflict(&w, arbiters, snap);
 	if (inserted)
@@ -511,7 +514,7 @@ insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
  * compared with the request column by column with the types' equality.
  */
 static bool
-match_job(Datum owner_id, Datum idempotency_key, Datum operation,
+match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		  Datum params, Datum provider,
 		  Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
 {
@@ -520,11 +523,11 @@ match_job(Datum owner_id, Datum idempotency_key, Datum operation,
 	Snapshot	snap = begin_statement();
 	Relation	jobs = table_open(cat->jobs, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(jobs, NULL);
-	Datum		key[2] = {owner_id, idempotency_key};
-	RegProcedure procs[2] = {F_TEXTEQ, F_TEXTEQ};
+	Datum		key[3] = {scope, owner_id, idempotency_key};
+	RegProcedure procs[3] = {F_TEXTEQ, F_TEXTEQ, F_TEXTEQ};
 	bool		found;
 
-	found = fetch_by_key(jobs, cat->jobs_owner_key, 2, key, procs,
+	found = fetch_by_key(jobs, cat->jobs_owner_key, 3, key, procs,
 						 ForwardScanDirection, snap, slot);
 	if (found)
 	{
@@ -552,18 +555,31 @@ match_job(Datum owner_id, Datum idempotency_key, Datum operation,
 }
 
 /*
- * read_job: the job row for begin_attempt's gate, visible to snap; false
- * if there is none.
+ * in_scope: whether the job row in slot belongs to scope (NULL: any scope
+ * does), as the SQL statements' "j.scope = $n" says.
  */
 static bool
-read_job(RowsCatalog *cat, Relation jobs, int64 job_id, Snapshot snap,
-		 TupleTableSlot *slot, JobRow *job)
+in_scope(RowsCatalog *cat, TupleTableSlot *slot, const char *scope)
+{
+	if (scope == NULL)
+		return true;
+	return strcmp(col_text(slot, cat->job_att[JOB_SCOPE]), scope) == 0;
+}
+
+/*
+ * read_job: the job row for begin_attempt's gate, visible to snap; false
+ * if there is none in the scope (NULL: any).
+ */
+static bool
+read_job(RowsCatalog *cat, Relation jobs, int64 job_id, const char *scope,
+		 Snapshot snap, TupleTableSlot *slot, JobRow *job)
 {
 	const AttrNumber *a = cat->job_att;
 	bool		isnull;
 	Datum		d;
 
-	if (!fetch_by_id(jobs, cat->jobs_pkey, job_id, snap, slot))
+	if (!fetch_by_id(jobs, cat->jobs_pkey, job_id, snap, slot) ||
+		!in_scope(cat, slot, scope))
 		return false;
 	job->id = job_id;
 	job->operation = col_text(slot, a[JOB_OPERATION]);
@@ -677,7 +693,7 @@ lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
  * 0 when refused.
  */
 static int64
-begin_attempt(int64 job_id, Datum provider, bool provider_null,
+begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 			  Datum timeout, Datum attempt_key, bool attempt_key_null)
 {
 	RowsCatalog *cat = rows_active_catalog();
@@ -692,7 +708,7 @@ begin_attempt(int64 job_id, Datum provider, bool provider_null,
 	int64		id = 0;
 
 	writer_open(&w, cat->attempts, &cat->attempt_rules, true);
-	if (read_job(cat, jobs, job_id, snap, job_slot, &job) &&
+	if (read_job(cat, jobs, job_id, scope, snap, job_slot, &job) &&
 		!job.completed && !job.cancelled)
 	{
 		RegProcedure proc = F_INT8EQ;
@@ -743,7 +759,7 @@ begin_attempt(int64 job_id, Datum provider, bool provider_null,
  * its job and its operation's contract, in one snapshot, without locks.
  */
 static bool
-read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
+read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt, FinishJob *job)
 {
 	RowsCatalog *cat = rows_active_catalog();
 	Snapshot	snap = begin_statement();
@@ -764,6 +780,10 @@ read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
 		if (!fetch_by_id(jobs, cat->jobs_pkey, attempt->job_id, snap, job_slot))
 			elog(ERROR, "jobguard: job %lld of attempt %lld not found",
 				 (long long) attempt->job_id, (long long) attempt_id);
+		found = in_scope(cat, job_slot, scope);
+	}
+	if (found)
+	{
 		job->operation = col_text(job_slot, cat->job_att[JOB_OPERATION]);
 		job->completed_by = col_int64(job_slot, cat->job_att[JOB_COMPLETED_BY], &isnull);
 		job->completed = !isnull;
@@ -910,49 +930,50 @@ claim_and_swap(const AttemptRow *attempt, Datum result)
 
 /* rows_insert_job: see insert_job. */
 bool
-rows_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
+rows_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 				Datum params, Datum provider,
 				Datum max_attempts, bool max_attempts_null, int64 *job_id)
 {
 	volatile bool inserted = false;
 
-	ROWS_GUARDED(inserted = insert_job(owner_id, idempotency_key, operation, params,
+	ROWS_GUARDED(inserted = insert_job(scope, owner_id, idempotency_key, operation, params,
 									   provider, max_attempts, max_attempts_null, job_id));
 	return inserted;
 }
 
 /* rows_match_job: see match_job. */
 bool
-rows_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
+rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 			   Datum params, Datum provider,
 			   Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
 {
 	volatile bool found = false;
 
-	ROWS_GUARDED(found = match_job(owner_id, idempotency_key, operation, params,
+	ROWS_GUARDED(found = match_job(scope, owner_id, idempotency_key, operation, params,
 								   provider, max_attempts, max_attempts_null, match));
 	return found;
 }
 
 /* rows_begin_attempt: see begin_attempt. */
 int64
-rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 				   Datum timeout, Datum attempt_key, bool attempt_key_null)
 {
 	volatile int64 id = 0;
 
-	ROWS_GUARDED(id = begin_attempt(job_id, provider, provider_null, timeout,
+	ROWS_GUARDED(id = begin_attempt(job_id, scope, provider, provider_null, timeout,
 									attempt_key, attempt_key_null));
 	return id;
 }
 
 /* rows_read_for_finish: see read_for_finish. */
 bool
-rows_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
+rows_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
+					 FinishJob *job)
 {
 	volatile bool found = false;
 
-	ROWS_GUARDED(found = read_for_finish(attempt_id, attempt, job));
+	ROWS_GUARDED(found = read_for_finish(attempt_id, scope, attempt, job));
 	return found;
 }
 

@@ -41,6 +41,7 @@ typedef enum JobColumn
 	JOB_COMPLETED_AT,
 	JOB_CANCELLED_AT,
 	JOB_CANCEL_REASON,
+	JOB_SCOPE,
 	JOB_COLUMN_COUNT
 } JobColumn;
 

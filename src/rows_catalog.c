@@ -52,7 +52,7 @@ static const KnownColumn job_columns[JOB_COLUMN_COUNT] = {
 	{"max_attempts", INT4OID}, {"version", INT8OID}, {"completed_by", INT8OID},
 	{"result", JSONBOID}, {"created_at", TIMESTAMPTZOID},
 	{"completed_at", TIMESTAMPTZOID}, {"cancelled_at", TIMESTAMPTZOID},
-	{"cancel_reason", TEXTOID}
+	{"cancel_reason", TEXTOID}, {"scope", TEXTOID}
 };
 
 static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
@@ -394,7 +394,7 @@ build_catalog(RowsCatalog *cat)
 				attempts,
 				operations,
 				certifications;
-	AttrNumber	keys[2];
+	AttrNumber	keys[3];
 
 	const char *problem;
 
@@ -452,9 +452,10 @@ build_catalog(RowsCatalog *cat)
 	{
 		keys[0] = cat->job_att[JOB_ID];
 		cat->jobs_pkey = index_on(jobs, 1, keys);
-		keys[0] = cat->job_att[JOB_OWNER_ID];
-		keys[1] = cat->job_att[JOB_IDEMPOTENCY_KEY];
-		cat->jobs_owner_key = index_on(jobs, 2, keys);
+		keys[0] = cat->job_att[JOB_SCOPE];
+		keys[1] = cat->job_att[JOB_OWNER_ID];
+		keys[2] = cat->job_att[JOB_IDEMPOTENCY_KEY];
+		cat->jobs_owner_key = index_on(jobs, 3, keys);
 		keys[0] = cat->attempt_att[ATT_ID];
 		cat->attempts_pkey = index_on(attempts, 1, keys);
 		keys[0] = cat->attempt_att[ATT_JOB_ID];

@@ -20,6 +20,7 @@
 #include "access/htup_details.h"
 #include "catalog/namespace.h"
 #include "catalog/pg_class.h"
+#include "catalog/pg_namespace.h"
 #include "commands/dbcommands.h"
 #include "miscadmin.h"
 #include "utils/lsyscache.h"
@@ -28,13 +29,13 @@
 #include "security.h"
 
 /*
- * tables_owner: the role that owns jobguard.jobs, i.e. the role that ran
+ * tables_owner_role: the role that owns jobguard.jobs, i.e. the role that ran
  * CREATE EXTENSION.  The table, not the schema, decides: a schema of that
  * name could have been created by someone else beforehand, a table created
  * by the extension script cannot.  Three syscache look-ups, no scans.
  */
-static Oid
-tables_owner(void)
+Oid
+tables_owner_role(void)
 {
 	Oid			schema = get_namespace_oid("jobguard", true);
 	Oid			jobs = OidIsValid(schema) ? get_relname_relid("jobs", schema) : InvalidOid;
@@ -53,6 +54,27 @@ tables_owner(void)
 		elog(ERROR, "jobguard: cache lookup failed for relation %u", jobs);
 	owner = ((Form_pg_class) GETSTRUCT(tuple))->relowner;
 	ReleaseSysCache(tuple);
+
+	/*
+	 * The schema must be the tables' owner's too: whoever owns a schema
+	 * named jobguard can replace what its names resolve to, and every
+	 * statement here resolves jobguard.* by name while running as the
+	 * owner.  CREATE EXTENSION refuses such a schema; this refuses one
+	 * that changed hands afterwards.
+	 */
+	tuple = SearchSysCache1(NAMESPACEOID, ObjectIdGetDatum(schema));
+	if (!HeapTupleIsValid(tuple))
+		elog(ERROR, "jobguard: cache lookup failed for schema %u", schema);
+	if (((Form_pg_namespace) GETSTRUCT(tuple))->nspowner != owner)
+	{
+		ReleaseSysCache(tuple);
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("schema \"jobguard\" is not owned by the owner of jobguard's tables"),
+				 errdetail("Its owner could replace the objects jobguard uses."),
+				 errhint("ALTER SCHEMA jobguard OWNER TO the role that owns jobguard.jobs.")));
+	}
+	ReleaseSysCache(tuple);
 	return owner;
 }
 
@@ -64,7 +86,7 @@ void
 become_tables_owner(SavedIdentity *saved)
 {
 	GetUserIdAndSecContext(&saved->userid, &saved->sec_context);
-	SetUserIdAndSecContext(tables_owner(),
+	SetUserIdAndSecContext(tables_owner_role(),
 						   saved->sec_context |
 						   SECURITY_LOCAL_USERID_CHANGE |
 						   SECURITY_RESTRICTED_OPERATION);

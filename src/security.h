@@ -19,6 +19,7 @@ typedef struct SavedIdentity
 	int			sec_context;
 } SavedIdentity;
 
+extern Oid	tables_owner_role(void);
 extern void become_tables_owner(SavedIdentity *saved);
 extern void become_caller_again(const SavedIdentity *saved);
 

@@ -66,21 +66,31 @@ store_finish(const SavedIdentity *caller)
 }
 
 /*
- * store_insert_job: insert a new job unless one exists for the key.
- * Returns true and the new id when this call created it.
+ * scope_datum: a scope as a text parameter; NULL (any scope) as a NULL one.
+ */
+static Datum
+scope_datum(const char *scope, char *null_flag)
+{
+	*null_flag = scope == NULL ? 'n' : ' ';
+	return scope == NULL ? (Datum) 0 : CStringGetTextDatum(scope);
+}
+
+/*
+ * store_insert_job: insert a new job in the scope unless one exists there
+ * for the key.  Returns true and the new id when this call created it.
  */
 bool
-store_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
+store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 				 Datum params, Datum provider,
 				 Datum max_attempts, bool max_attempts_null, int64 *job_id)
 {
-	Datum		values[6] = {owner_id, idempotency_key, operation, params,
-	provider, max_attempts};
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' '};
+	Datum		values[7] = {owner_id, idempotency_key, operation, params,
+	provider, max_attempts, scope};
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' ', ' '};
 	bool		isnull;
 
 	if (rows_usable(ROWS_SUBMIT))
-		return rows_insert_job(owner_id, idempotency_key, operation, params,
+		return rows_insert_job(scope, owner_id, idempotency_key, operation, params,
 							   provider, max_attempts, max_attempts_null, job_id);
 	if (sql_run(STMT_INSERT_JOB, values, nulls) == 0)
 		return false;
@@ -89,22 +99,22 @@ store_insert_job(Datum owner_id, Datum idempotency_key, Datum operation,
 }
 
 /*
- * store_match_job: find the job for (owner_id, idempotency_key) and compare
- * it with the request.  Returns false if there is none (it was removed
- * between the insert and this look-up).
+ * store_match_job: find the job for (scope, owner_id, idempotency_key) and
+ * compare it with the request.  Returns false if there is none (it was
+ * removed between the insert and this look-up).
  */
 bool
-store_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
+store_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 				Datum params, Datum provider,
 				Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
 {
-	Datum		values[6] = {owner_id, idempotency_key, operation, params,
-	provider, max_attempts};
-	char		nulls[6] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' '};
+	Datum		values[7] = {owner_id, idempotency_key, operation, params,
+	provider, max_attempts, scope};
+	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' ', ' '};
 	bool		isnull;
 
 	if (rows_usable(ROWS_SUBMIT))
-		return rows_match_job(owner_id, idempotency_key, operation, params,
+		return rows_match_job(scope, owner_id, idempotency_key, operation, params,
 							  provider, max_attempts, max_attempts_null, match);
 	if (sql_run(STMT_MATCH_JOB, values, nulls) == 0)
 		return false;
@@ -116,15 +126,21 @@ store_match_job(Datum owner_id, Datum idempotency_key, Datum operation,
 	return true;
 }
 
-/* store_lock_job: lock a job row and read it; false if there is none. */
+/*
+ * store_lock_job: lock a job row of the scope (NULL: any) and read it;
+ * false if there is none.
+ */
 bool
-store_lock_job(int64 job_id, JobRow *job)
+store_lock_job(int64 job_id, const char *scope, JobRow *job)
 {
-	Datum		values[1] = {Int64GetDatum(job_id)};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
 	bool		isnull;
 	Datum		d;
 
-	if (sql_run(STMT_LOCK_JOB, values, NULL) == 0)
+	values[0] = Int64GetDatum(job_id);
+	values[1] = scope_datum(scope, &nulls[1]);
+	if (sql_run(STMT_LOCK_JOB, values, nulls) == 0)
 		return false;
 	job->id = job_id;
 	job->operation = sql_column_text(1);
@@ -154,18 +170,20 @@ store_last_attempt(int64 job_id, AttemptRow *attempt)
 /*
  * store_begin_attempt: begin the job's next attempt if the gate lets it
  * (see STMT_BEGIN_ATTEMPT in store_sql.c); provider NULL means the job's
- * own.  Returns the new attempt's id, or 0 when refused (or no such job).
+ * own.  Only a job of the scope (NULL: any).  Returns the new attempt's
+ * id, or 0 when refused (or no such job).
  */
 int64
-store_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 					Datum timeout, Datum attempt_key, bool attempt_key_null)
 {
-	Datum		values[4] = {Int64GetDatum(job_id), provider, attempt_key, timeout};
-	char		nulls[4] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' '};
+	Datum		values[5] = {Int64GetDatum(job_id), provider, attempt_key, timeout};
+	char		nulls[5] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' ', ' '};
 	bool		isnull;
 
+	values[4] = scope_datum(scope, &nulls[4]);
 	if (rows_usable(ROWS_BEGIN))
-		return rows_begin_attempt(job_id, provider, provider_null, timeout,
+		return rows_begin_attempt(job_id, scope, provider, provider_null, timeout,
 								  attempt_key, attempt_key_null);
 	if (sql_run(STMT_BEGIN_ATTEMPT, values, nulls) == 0)
 		return 0;
@@ -182,13 +200,19 @@ store_provider_certified(const char *operation, const char *provider)
 	return sql_run(STMT_PROVIDER_CERTIFIED, values, NULL) > 0;
 }
 
-/* store_lock_attempt: lock an attempt row and read it; false if none. */
+/*
+ * store_lock_attempt: lock an attempt row of a job of the scope (NULL: any)
+ * and read it; false if none.
+ */
 bool
-store_lock_attempt(int64 attempt_id, AttemptRow *attempt)
+store_lock_attempt(int64 attempt_id, const char *scope, AttemptRow *attempt)
 {
-	Datum		values[1] = {Int64GetDatum(attempt_id)};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
 
-	if (sql_run(STMT_LOCK_ATTEMPT, values, NULL) == 0)
+	values[0] = Int64GetDatum(attempt_id);
+	values[1] = scope_datum(scope, &nulls[1]);
+	if (sql_run(STMT_LOCK_ATTEMPT, values, nulls) == 0)
 		return false;
 	sql_read_attempt_row(attempt);
 	return true;
@@ -211,16 +235,21 @@ read_finish_job(int first_col, FinishJob *job)
 
 /*
  * store_read_for_finish: an attempt with its job and contract, in one
- * snapshot and without a lock; false if there is no such attempt.
+ * snapshot and without a lock; false if there is no such attempt of a job
+ * of the scope (NULL: any).
  */
 bool
-store_read_for_finish(int64 attempt_id, AttemptRow *attempt, FinishJob *job)
+store_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
+					  FinishJob *job)
 {
-	Datum		values[1] = {Int64GetDatum(attempt_id)};
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
 
+	values[0] = Int64GetDatum(attempt_id);
+	values[1] = scope_datum(scope, &nulls[1]);
 	if (rows_usable(ROWS_FINISH))
-		return rows_read_for_finish(attempt_id, attempt, job);
-	if (sql_run(STMT_READ_FOR_FINISH, values, NULL) == 0)
+		return rows_read_for_finish(attempt_id, scope, attempt, job);
+	if (sql_run(STMT_READ_FOR_FINISH, values, nulls) == 0)
 		return false;
 	sql_read_attempt_row(attempt);
 	read_finish_job(ATTEMPT_COLUMN_COUNT + 1, job);

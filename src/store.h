@@ -33,22 +33,23 @@
 extern void store_connect(SavedIdentity *caller);
 extern void store_finish(const SavedIdentity *caller);
 extern char *store_keep_string(const char *s);
-extern bool store_insert_job(Datum owner_id, Datum idempotency_key,
+extern bool store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							 Datum operation, Datum params, Datum provider,
 							 Datum max_attempts, bool max_attempts_null,
 							 int64 *job_id);
-extern bool store_match_job(Datum owner_id, Datum idempotency_key,
+extern bool store_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
 							SubmitMatch *match);
-extern bool store_lock_job(int64 job_id, JobRow *job);
+extern bool store_lock_job(int64 job_id, const char *scope, JobRow *job);
 extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
-extern int64 store_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+extern int64 store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 								 Datum timeout, Datum attempt_key,
 								 bool attempt_key_null);
 extern bool store_provider_certified(const char *operation, const char *provider);
-extern bool store_lock_attempt(int64 attempt_id, AttemptRow *attempt);
-extern bool store_read_for_finish(int64 attempt_id, AttemptRow *attempt,
+extern bool store_lock_attempt(int64 attempt_id, const char *scope,
+							   AttemptRow *attempt);
+extern bool store_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
 								  FinishJob *job);
 extern ClaimOutcome store_claim_and_swap(const AttemptRow *attempt, Datum result);
 extern bool store_winner_of(int64 job_id, int64 *winner);
@@ -60,22 +61,24 @@ extern void store_cancel_attempt(int64 attempt_id, Datum reason);
 extern void store_cancel_job(int64 job_id, Datum reason);
 
 /* store_admin.c: reads, operations and certifications, upkeep */
-extern bool store_job_state(int64 job_id, char **state);
-extern bool store_job_overview(int64 job_id, TupleDesc desc, MemoryContext cxt,
+extern bool store_job_state(int64 job_id, char **state, char **scope);
+extern bool store_job_overview(int64 job_id, Oid reader, TupleDesc desc, MemoryContext cxt,
 							   Datum *row);
-extern bool store_attempts_of(int64 job_id, ReturnSetInfo *rsinfo);
+extern bool store_attempts_of(int64 job_id, Oid reader, ReturnSetInfo *rsinfo);
+extern void store_id_scopes(int64 id, char **job_scope, char **attempt_scope);
 extern void store_define_operation(Datum operation, Datum contract);
 extern void store_certify_provider(Datum operation, Datum provider,
 								   Datum evidence, bool evidence_null);
 extern bool store_revoke_provider(Datum operation, Datum provider);
 extern bool store_operation_contract(Datum operation, int64 *version,
 									 Datum *contract);
-extern bool store_fresh_job_state(int64 job_id, char **state);
+extern bool store_fresh_job_state(int64 job_id, char **state, char **scope);
 extern uint64 store_sweep_overdue(int batch_size);
 extern int64 store_purge(TimestampTz cutoff, int batch_size);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
 extern void store_stored_state_counts(int64 *counts);
 extern int	store_stored_job_gauge(int64 job_id);
+extern void store_invariant_violations(Oid reader, ReturnSetInfo *rsinfo);
 
 /*
  * rows.c, rows_catalog.c: the fast path, the same hot reads and writes
@@ -94,18 +97,18 @@ typedef enum RowsCall
 
 extern bool rows_usable(RowsCall call);
 extern const char *rows_unusable_reason(void);
-extern bool rows_insert_job(Datum owner_id, Datum idempotency_key,
+extern bool rows_insert_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
 							int64 *job_id);
-extern bool rows_match_job(Datum owner_id, Datum idempotency_key,
+extern bool rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 						   Datum operation, Datum params, Datum provider,
 						   Datum max_attempts, bool max_attempts_null,
 						   SubmitMatch *match);
-extern int64 rows_begin_attempt(int64 job_id, Datum provider, bool provider_null,
+extern int64 rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
 								Datum timeout, Datum attempt_key,
 								bool attempt_key_null);
-extern bool rows_read_for_finish(int64 attempt_id, AttemptRow *attempt,
+extern bool rows_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
 								 FinishJob *job);
 extern ClaimOutcome rows_claim_and_swap(const AttemptRow *attempt, Datum result);
 

@@ -16,39 +16,61 @@
 #include "executor/spi.h"
 #include "miscadmin.h"
 #include "utils/array.h"
+#include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
+#include "scopes.h"
 #include "store.h"
 #include "stats.h"
 #include "store_sql.h"
 
 /*
- * store_job_state: the derived state of a job (from job_overview), kept
- * so that it outlives store_finish().
+ * store_job_state: the derived state of a job (from job_overview) and its
+ * scope, kept so that they outlive store_finish().
  */
 bool
-store_job_state(int64 job_id, char **state)
+store_job_state(int64 job_id, char **state, char **scope)
 {
 	Datum		values[1] = {Int64GetDatum(job_id)};
-	char	   *s;
 
 	if (sql_run(STMT_JOB_STATE, values, NULL) == 0)
 		return false;
-	s = sql_column_text(1);
-	*state = store_keep_string(s);
+	*state = store_keep_string(sql_column_text(1));
+	if (scope != NULL)
+		*scope = store_keep_string(sql_column_text(2));
 	return true;
 }
 
 /*
+ * null_column: set the named column of a row being formed to NULL (a
+ * payload the reader may not see).
+ */
+static void
+null_column(TupleDesc desc, const char *name, Datum *columns, bool *nulls)
+{
+	int			col = SPI_fnumber(desc, name);
+
+	if (col <= 0)
+		elog(ERROR, "jobguard: column \"%s\" not found", name);
+	columns[col - 1] = (Datum) 0;
+	nulls[col - 1] = true;
+}
+
+/*
  * store_job_overview: the job_overview row of a job, formed with the
- * function's result descriptor in the caller's memory context.
+ * function's result descriptor in the caller's memory context; false when
+ * there is no such job the reader may read.  params and result are NULL
+ * unless the reader may read the scope's payloads.
  */
 bool
-store_job_overview(int64 job_id, TupleDesc desc, MemoryContext cxt, Datum *row)
+store_job_overview(int64 job_id, Oid reader, TupleDesc desc, MemoryContext cxt,
+				   Datum *row)
 {
 	Datum		values[1] = {Int64GetDatum(job_id)};
 	Datum	   *columns;
 	bool	   *nulls;
+	bool		payloads;
+	char	   *scope;
 	MemoryContext old;
 
 	if (sql_run(STMT_JOB_OVERVIEW, values, NULL) == 0)
@@ -56,10 +78,19 @@ store_job_overview(int64 job_id, TupleDesc desc, MemoryContext cxt, Datum *row)
 	if (SPI_tuptable->tupdesc->natts != desc->natts)
 		elog(ERROR, "jobguard: job_overview has %d columns, jobguard.job() returns %d",
 			 SPI_tuptable->tupdesc->natts, desc->natts);
+	scope = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+						 SPI_fnumber(SPI_tuptable->tupdesc, "scope"));
+	if (scope == NULL || !scopes_may_read(reader, scope, &payloads))
+		return false;
 
 	columns = palloc(desc->natts * sizeof(Datum));
 	nulls = palloc(desc->natts * sizeof(bool));
 	heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, columns, nulls);
+	if (!payloads)
+	{
+		null_column(SPI_tuptable->tupdesc, "params", columns, nulls);
+		null_column(SPI_tuptable->tupdesc, "result", columns, nulls);
+	}
 
 	old = MemoryContextSwitchTo(cxt);
 	*row = HeapTupleGetDatum(heap_form_tuple(desc, columns, nulls));
@@ -69,20 +100,61 @@ store_job_overview(int64 job_id, TupleDesc desc, MemoryContext cxt, Datum *row)
 
 /*
  * store_attempts_of: put the job's attempts, in order, into the
- * materialized result set.  False if the job does not exist.
+ * materialized result set.  False if there is no such job the reader may
+ * read; error and lost_result are NULL unless it may read payloads.
  */
 bool
-store_attempts_of(int64 job_id, ReturnSetInfo *rsinfo)
+store_attempts_of(int64 job_id, Oid reader, ReturnSetInfo *rsinfo)
 {
 	Datum		values[1] = {Int64GetDatum(job_id)};
+	char	   *job_scope;
+	char	   *attempt_scope;
+	bool		payloads;
 	uint64		n;
 
+	store_id_scopes(job_id, &job_scope, &attempt_scope);
+	if (job_scope == NULL || !scopes_may_read(reader, job_scope, &payloads))
+		return false;
 	n = sql_run(STMT_ATTEMPTS_OF, values, NULL);
-	if (n == 0)
-		return sql_run(STMT_JOB_EXISTS, values, NULL) > 0;
 	for (uint64 i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	{
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		Datum	   *columns;
+		bool	   *nulls;
+		HeapTuple	tuple;
+
+		if (payloads)
+		{
+			tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+			continue;
+		}
+		columns = palloc(desc->natts * sizeof(Datum));
+		nulls = palloc(desc->natts * sizeof(bool));
+		heap_deform_tuple(SPI_tuptable->vals[i], desc, columns, nulls);
+		null_column(desc, "error", columns, nulls);
+		null_column(desc, "lost_result", columns, nulls);
+		tuple = heap_form_tuple(desc, columns, nulls);
+		tuplestore_puttuple(rsinfo->setResult, tuple);
+	}
 	return true;
+}
+
+/*
+ * store_id_scopes: the scope of the job whose id is id, and the scope of
+ * the job of the attempt whose id is id (NULL where there is none), kept
+ * to outlive store_finish().
+ */
+void
+store_id_scopes(int64 id, char **job_scope, char **attempt_scope)
+{
+	Datum		values[1] = {Int64GetDatum(id)};
+	char	   *s;
+
+	sql_run(STMT_ID_SCOPES, values, NULL);
+	s = sql_column_text(1);
+	*job_scope = s ? store_keep_string(s) : NULL;
+	s = sql_column_text(2);
+	*attempt_scope = s ? store_keep_string(s) : NULL;
 }
 
 /* store_define_operation: set or replace an operation's output contract. */
@@ -132,18 +204,20 @@ store_operation_contract(Datum operation, int64 *version, Datum *contract)
 }
 
 /*
- * store_fresh_job_state: a job's derived state read with a fresh snapshot,
+ * store_fresh_job_state: a job's derived state (and scope) read with a fresh snapshot,
  * so that it sees what this call wrote and what other sessions committed
  * meanwhile (a waiting call needs both).
  */
 bool
-store_fresh_job_state(int64 job_id, char **state)
+store_fresh_job_state(int64 job_id, char **state, char **scope)
 {
 	Datum		values[1] = {Int64GetDatum(job_id)};
 
 	if (sql_run(STMT_FRESH_JOB_STATE, values, NULL) == 0)
 		return false;
 	*state = store_keep_string(sql_column_text(1));
+	if (scope != NULL)
+		*scope = store_keep_string(sql_column_text(2));
 	return true;
 }
 
@@ -285,4 +359,27 @@ store_state_counts(ReturnSetInfo *rsinfo)
 
 	for (uint64 i = 0; i < n; i++)
 		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+}
+
+/*
+ * store_invariant_violations: the violated invariants of the jobs in the
+ * scopes the reader may read (invariant_violations() without its scope
+ * column), into the materialized result set.
+ */
+void
+store_invariant_violations(Oid reader, ReturnSetInfo *rsinfo)
+{
+	uint64		n = sql_run(STMT_INVARIANT_VIOLATIONS, NULL, NULL);
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		Datum		columns[5];
+		bool		nulls[5];
+
+		heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, columns, nulls);
+		if (!nulls[4] &&
+			!scopes_allow(reader, SCOPE_READ, TextDatumGetCString(columns[4])))
+			continue;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, columns, nulls);
+	}
 }

@@ -45,9 +45,12 @@
 	"  WHERE a.job_id OPERATOR(pg_catalog.=) j.id" \
 	"  ORDER BY a.attempt_no DESC LIMIT 1) last ON true"
 
-/* A job's derived state; read with the caller's snapshot or a fresh one. */
+/*
+ * A job's derived state and its scope; read with the caller's snapshot or a
+ * fresh one.
+ */
 #define JOB_STATE_SQL \
-	"SELECT v.state FROM jobguard.job_overview v" \
+	"SELECT v.state, v.scope FROM jobguard.job_overview v" \
 	" WHERE v.job_id OPERATOR(pg_catalog.=) $1"
 
 /*
@@ -99,11 +102,11 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INSERT_JOB] = {
 		"insert job",
 		"INSERT INTO jobguard.jobs AS j"
-		" (owner_id, idempotency_key, operation, params, provider, max_attempts)"
-		" VALUES ($1, $2, $3, $4, $5, $6)"
-		" ON CONFLICT (owner_id, idempotency_key) DO NOTHING"
+		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
+		" VALUES ($1, $2, $3, $4, $5, $6, $7)"
+		" ON CONFLICT (scope, owner_id, idempotency_key) DO NOTHING"
 		" RETURNING j.id",
-		6, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID},
+		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/* The existing job for a key, and which parts of the request match it. */
@@ -116,14 +119,17 @@ static const StatementDef statements[STMT_COUNT] = {
 		" COALESCE(j.max_attempts OPERATOR(pg_catalog.=) $6,"
 		"          j.max_attempts IS NULL AND $6 IS NULL)"
 		" FROM jobguard.jobs j"
-		" WHERE j.owner_id OPERATOR(pg_catalog.=) $1"
+		" WHERE j.scope OPERATOR(pg_catalog.=) $7"
+		" AND j.owner_id OPERATOR(pg_catalog.=) $1"
 		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2",
-		6, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID},
+		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
 		SPI_OK_SELECT, false
 	},
 	/*
 	 * Lock the job row against concurrent begins, finishes and cancels.  NO
 	 * KEY UPDATE leaves the KEY SHARE lock of the attempts foreign key free.
+	 * Only a job of scope $2 (NULL: any): another scope's job is neither
+	 * locked nor seen.
 	 */
 	[STMT_LOCK_JOB] = {
 		"lock job",
@@ -131,8 +137,9 @@ static const StatementDef statements[STMT_COUNT] = {
 		" j.completed_by, j.cancelled_at IS NOT NULL"
 		" FROM jobguard.jobs j"
 		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND ($2 IS NULL OR j.scope OPERATOR(pg_catalog.=) $2)"
 		" FOR NO KEY UPDATE",
-		1, {INT8OID},
+		2, {INT8OID, TEXTOID},
 		SPI_OK_SELECT, false
 	},
 	/* The latest attempt: the only one that can be open. */
@@ -151,8 +158,9 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * and a provider other than the job's own ($2) is certified.  Two begins
 	 * racing each other are decided by the partial unique index on open
 	 * attempts: ON CONFLICT makes the second wait for the first, and do
-	 * nothing if the first commits (as submit does with a key).  No row back
-	 * means refused; the caller then finds out why.
+	 * nothing if the first commits (as submit does with a key).  Only a job
+	 * of scope $5 (NULL: any).  No row back means refused; the caller then
+	 * finds out why.
 	 */
 	[STMT_BEGIN_ATTEMPT] = {
 		"begin attempt",
@@ -168,6 +176,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
 		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
 		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND ($5 IS NULL OR j.scope OPERATOR(pg_catalog.=) $5)"
 		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
 		" AND (last.state IS NULL"
 		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
@@ -180,7 +189,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"    AND c.revoked_at IS NULL))"
 		" ON CONFLICT DO NOTHING"
 		" RETURNING a.id",
-		4, {INT8OID, TEXTOID, TEXTOID, INTERVALOID},
+		5, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	[STMT_PROVIDER_CERTIFIED] = {
@@ -192,20 +201,27 @@ static const StatementDef statements[STMT_COUNT] = {
 		2, {TEXTOID, TEXTOID},
 		SPI_OK_SELECT, false
 	},
-	/* Lock one attempt: finishes, fails and cancels of it run one at a time. */
+	/*
+	 * Lock one attempt: finishes, fails and cancels of it run one at a time.
+	 * Only an attempt of a job of scope $2 (NULL: any).
+	 */
 	[STMT_LOCK_ATTEMPT] = {
 		"lock attempt",
 		"SELECT " ATTEMPT_COLUMNS
 		" FROM jobguard.attempts a"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1"
-		" FOR UPDATE",
-		1, {INT8OID},
+		" AND ($2 IS NULL OR EXISTS (SELECT 1 FROM jobguard.jobs s"
+		"  WHERE s.id OPERATOR(pg_catalog.=) a.job_id"
+		"  AND s.scope OPERATOR(pg_catalog.=) $2))"
+		" FOR UPDATE OF a",
+		2, {INT8OID, TEXTOID},
 		SPI_OK_SELECT, false
 	},
 	/*
 	 * An attempt with its job and the operation's contract, in one snapshot
 	 * (one contract, never a mix).  No lock: the finish then claims the
-	 * attempt on condition that it is still in the state read here.
+	 * attempt on condition that it is still in the state read here.  Only
+	 * an attempt of a job of scope $2 (NULL: any).
 	 */
 	[STMT_READ_FOR_FINISH] = {
 		"read for finish",
@@ -214,8 +230,9 @@ static const StatementDef statements[STMT_COUNT] = {
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
 		" LEFT JOIN jobguard.operations o"
 		"  ON o.operation OPERATOR(pg_catalog.=) j.operation"
-		" WHERE a.id OPERATOR(pg_catalog.=) $1",
-		1, {INT8OID},
+		" WHERE a.id OPERATOR(pg_catalog.=) $1"
+		" AND ($2 IS NULL OR j.scope OPERATOR(pg_catalog.=) $2)",
+		2, {INT8OID, TEXTOID},
 		SPI_OK_SELECT, false
 	},
 	/*
@@ -311,9 +328,18 @@ static const StatementDef statements[STMT_COUNT] = {
 		1, {INT8OID},
 		SPI_OK_SELECT, true
 	},
-	[STMT_JOB_EXISTS] = {
-		"job exists",
-		"SELECT 1 FROM jobguard.jobs j WHERE j.id OPERATOR(pg_catalog.=) $1",
+	/*
+	 * The scope of the job with id $1, and the scope of the job of the
+	 * attempt with id $1 (NULL where there is none): whether the id names a
+	 * job or an attempt the caller may see.
+	 */
+	[STMT_ID_SCOPES] = {
+		"id scopes",
+		"SELECT (SELECT j.scope FROM jobguard.jobs j"
+		"  WHERE j.id OPERATOR(pg_catalog.=) $1),"
+		" (SELECT s.scope FROM jobguard.attempts a"
+		"  JOIN jobguard.jobs s ON s.id OPERATOR(pg_catalog.=) a.job_id"
+		"  WHERE a.id OPERATOR(pg_catalog.=) $1)",
 		1, {INT8OID},
 		SPI_OK_SELECT, true
 	},
@@ -475,6 +501,14 @@ static const StatementDef statements[STMT_COUNT] = {
 		" FROM pg_catalog.unnest('{started,unknown,cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
 		"  WITH ORDINALITY AS s(state, n)) x"
 		" ORDER BY x.kind, x.n",
+		0, {0},
+		SPI_OK_SELECT, true
+	},
+	/* Every violated invariant, with its job's scope (see jobguard--1.1.sql). */
+	[STMT_INVARIANT_VIOLATIONS] = {
+		"invariant violations",
+		"SELECT v.invariant, v.job_id, v.attempt_id, v.detail, v.scope"
+		" FROM jobguard.invariant_violations() v",
 		0, {0},
 		SPI_OK_SELECT, true
 	},

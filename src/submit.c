@@ -2,7 +2,7 @@
  *
  * submit.c
  *	  jobguard.submit(): one user intent, one job.  The idempotent submit
- *	  inserts first and lets the unique constraint on (owner_id,
+ *	  inserts first and lets the unique constraint on (scope, owner_id,
  *	  idempotency_key) decide; a replay gets the same job back, a different
  *	  request under the same key is refused (JG001).
  *
@@ -13,6 +13,8 @@
 #include "access/htup_details.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
+
+#include "miscadmin.h"
 
 #include "args.h"
 #include "errcodes.h"
@@ -70,6 +72,7 @@ Datum
 jobguard_submit(PG_FUNCTION_ARGS)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
+	Datum		scope;
 	Datum		owner_id = text_arg(fcinfo, 0, "owner_id", MAX_KEY_CHARS);
 	Datum		idempotency_key = text_arg(fcinfo, 1, "idempotency_key", MAX_KEY_CHARS);
 	Datum		operation = text_arg(fcinfo, 2, "operation", MAX_NAME_CHARS);
@@ -83,18 +86,21 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	Datum		columns[2];
 	bool		nulls[2] = {false, false};
 
+	require_payload_size(params, "params");
 	if (!max_attempts_null && DatumGetInt32(max_attempts) < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"max_attempts\" must be at least 1 or null"),
 				 errdetail("It is %d.", DatumGetInt32(max_attempts))));
 
+	/* the caller's application: keys are unique per scope */
+	scope = CStringGetTextDatum(scopes_submit_scope(GetUserId()));
 	store_connect(&caller);
 	for (int tries = 1;; tries++)
 	{
 		SubmitMatch match;
 
-		if (store_insert_job(owner_id, idempotency_key, operation, params,
+		if (store_insert_job(scope, owner_id, idempotency_key, operation, params,
 							 provider, max_attempts, max_attempts_null, &job_id))
 		{
 			created = true;
@@ -102,7 +108,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 			stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
 			break;
 		}
-		if (store_match_job(owner_id, idempotency_key, operation, params,
+		if (store_match_job(scope, owner_id, idempotency_key, operation, params,
 							provider, max_attempts, max_attempts_null, &match))
 		{
 			if (!match.same_operation || !match.same_params ||

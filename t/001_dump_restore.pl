@@ -76,7 +76,7 @@ my ($code, $out, $err) = $node->psql('restored',
 	q{SELECT jobguard.submit('alice', 'order-1', 'charge', '{"amount": 999}', 'stripe')});
 like($err, qr/already used for a different request/, 'a changed request for an old key is still a conflict');
 
-# new jobs and attempts get fresh ids: the sequences came along
+# new jobs and attempts get fresh ids: the id sequence they share came along
 my $max_job = $node->safe_psql('restored', 'SELECT max(id) FROM jobguard.jobs');
 my $max_attempt = $node->safe_psql('restored', 'SELECT max(id) FROM jobguard.attempts');
 my $new_job = $node->safe_psql('restored',

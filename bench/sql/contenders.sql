@@ -1,7 +1,7 @@
 -- bench/sql/contenders.sql: the tables of the floor and plpgsql contenders.
 --
 -- Both get tables equivalent to jobguard's, built from them: the same
--- columns, defaults, CHECK constraints, unique index (owner_id,
+-- columns, defaults, CHECK constraints, unique index (scope, owner_id,
 -- idempotency_key), the same partial unique index on open attempts, the
 -- foreign key from attempts to jobs and the same fillfactor — but their own
 -- id sequences.  Building them with LIKE ... INCLUDING ALL keeps them in

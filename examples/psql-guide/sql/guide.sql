@@ -9,27 +9,27 @@
 \o /dev/null
 SELECT jobguard.certify_provider('charge', 'backup-psp');
 -- 1: alice's checkout; main-psp stalls, fails over, the late answer loses
-SELECT jobguard.submit('alice', 'checkout-42', 'charge', '{"amount": 1999}', 'main-psp');
-SELECT jobguard.begin_attempt(1);
-SELECT jobguard.fail_attempt(1, 'main-psp: 502 Bad Gateway');
-SELECT jobguard.begin_attempt(1);
-SELECT jobguard.mark_unknown(2);
-SELECT jobguard.cancel_attempt(2, 'no answer for 30 s, failing over');
-SELECT jobguard.begin_attempt(1, 'backup-psp');
-SELECT jobguard.finish_attempt(3, '{"charge_id": "bk_7"}');
-SELECT jobguard.finish_attempt(2, '{"charge_id": "mn_7"}');
+SELECT job_id AS alice FROM jobguard.submit('alice', 'checkout-42', 'charge', '{"amount": 1999}', 'main-psp') \gset
+SELECT jobguard.begin_attempt(:alice) AS first \gset
+SELECT jobguard.fail_attempt(:first, 'main-psp: 502 Bad Gateway');
+SELECT jobguard.begin_attempt(:alice) AS stalled \gset
+SELECT jobguard.mark_unknown(:stalled);
+SELECT jobguard.cancel_attempt(:stalled, 'no answer for 30 s, failing over');
+SELECT jobguard.begin_attempt(:alice, 'backup-psp') AS fallback \gset
+SELECT jobguard.finish_attempt(:fallback, '{"charge_id": "bk_7"}');
+SELECT jobguard.finish_attempt(:stalled, '{"charge_id": "mn_7"}');
 -- 2: bob's order is cancelled by support; the provider answers anyway
-SELECT jobguard.submit('bob', 'order-9', 'charge', '{"amount": 500}', 'main-psp');
-SELECT jobguard.begin_attempt(2);
-SELECT jobguard.cancel_job(2, 'customer called support');
-SELECT jobguard.finish_attempt(4, '{"charge_id": "mn_8"}');
+SELECT job_id AS bob FROM jobguard.submit('bob', 'order-9', 'charge', '{"amount": 500}', 'main-psp') \gset
+SELECT jobguard.begin_attempt(:bob) AS charging \gset
+SELECT jobguard.cancel_job(:bob, 'customer called support');
+SELECT jobguard.finish_attempt(:charging, '{"charge_id": "mn_8"}');
 -- 3: carol's order, its attempt's deadline has passed (nobody wrote it down)
-SELECT jobguard.submit('carol', 'order-1', 'charge', '{"amount": 250}', 'main-psp');
-SELECT jobguard.begin_attempt(3, timeout => '10 milliseconds');
+SELECT job_id AS carol FROM jobguard.submit('carol', 'order-1', 'charge', '{"amount": 250}', 'main-psp') \gset
+SELECT jobguard.begin_attempt(:carol, timeout => '10 milliseconds');
 -- 4: dave's order, a worker saw the timeout and marked it unknown
-SELECT jobguard.submit('dave', 'order-3', 'charge', '{"amount": 75}', 'main-psp');
-SELECT jobguard.begin_attempt(4, timeout => '1 hour');
-SELECT jobguard.mark_unknown(6);
+SELECT job_id AS dave FROM jobguard.submit('dave', 'order-3', 'charge', '{"amount": 75}', 'main-psp') \gset
+SELECT jobguard.begin_attempt(:dave, timeout => '1 hour') AS waiting \gset
+SELECT jobguard.mark_unknown(:waiting);
 SELECT pg_sleep(0.1);
 -- every query below runs as a reader: grant_reader() and nothing else
 SET client_min_messages = warning;

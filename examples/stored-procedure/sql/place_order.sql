@@ -1,6 +1,7 @@
 -- The shop's procedures with jobguard inside their transactions.  Ids are
--- captured with \gset, so the output does not depend on sequence values;
--- errors are terse (the message line, no deadline timestamps).
+-- captured with \gset, so the output depends on sequence values only where
+-- an error message names its attempt and job (JG007); errors are terse (the
+-- message line, no deadline timestamps).
 \set VERBOSITY terse
 SELECT jobguard.define_operation('charge', '{"type": "object", "required": ["charge_id"]}');
 SELECT jobguard.certify_provider('charge', 'backup-psp', '{"suite": "charge-contract"}');

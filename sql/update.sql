@@ -1,0 +1,91 @@
+-- Updating 1.0 to 1.1 in place: a 1.0 database holding jobs in every state
+-- and 1.0 grants runs ALTER EXTENSION jobguard UPDATE.  Afterwards every
+-- job is where it was (in the scope default), the grants are 1.1 grants,
+-- new ids are above every old one and never shared by a job and an
+-- attempt, and the extension describes exactly what a fresh 1.1 install
+-- describes.  The database is kept: make test then runs every suite on it.
+SELECT current_database() AS regress_db \gset
+DROP DATABASE IF EXISTS regress_jg_update;
+DROP DATABASE IF EXISTS regress_jg_fresh;
+DO $$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'regress_upd_client') THEN
+		CREATE ROLE regress_upd_client;
+	END IF;
+	IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'regress_upd_reader') THEN
+		CREATE ROLE regress_upd_reader;
+	END IF;
+END $$;
+CREATE DATABASE regress_jg_update;
+CREATE DATABASE regress_jg_fresh;
+\c regress_jg_fresh
+CREATE EXTENSION jobguard;
+\set ECHO none
+\i sql/include/extension_shape.sql
+\set ECHO all
+SELECT string_agg(line, E'\x1e') AS fresh_shape FROM pg_temp.extension_shape() AS line \gset
+\c regress_jg_update
+\set ECHO none
+\i sql/include/helpers.sql
+\set ECHO all
+CREATE EXTENSION jobguard VERSION '1.0';
+\set ECHO none
+\i sql/include/fill_1_0.sql
+\set ECHO all
+SELECT jobguard.grant_client('regress_upd_client');
+SELECT jobguard.grant_reader('regress_upd_reader');
+CREATE TABLE before_update AS
+SELECT v.job_id, v.state, v.attempts, v.version, v.completed_by, v.params, v.result
+  FROM jobguard.job_overview v;
+
+ALTER EXTENSION jobguard UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'jobguard';
+
+-- every job kept its state, params, result and history, in scope default
+SELECT v.job_id, v.state, v.scope,
+	   (v.state, v.attempts, v.version, v.completed_by, v.params, v.result)
+	   IS NOT DISTINCT FROM (b.state, b.attempts, b.version, b.completed_by, b.params, b.result) AS unchanged
+  FROM jobguard.job_overview v JOIN before_update b USING (job_id)
+ ORDER BY v.job_id;
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+-- 1.0's client is a client of scope default, its reader reads every scope
+SELECT role, kind, scope, payloads FROM jobguard.grants ORDER BY role::text;
+SET ROLE regress_upd_client;
+SELECT jobguard.caller_scope();
+-- a replay of a 1.0 request is still a replay; its running attempt still reports
+SELECT job_id, created FROM jobguard.submit('alice', 'running', 'charge', '{"cents": 200}', 'stripe');
+SELECT jobguard.finish_attempt(1, '{"charge": "ch_2"}');
+SELECT jobguard.job_state(2);
+-- the unknown attempt's gate stays closed, the failed job stays failed
+SELECT pg_temp.sqlstate_of('SELECT jobguard.begin_attempt(3)') AS unknown_gate,
+	   pg_temp.sqlstate_of('SELECT jobguard.begin_attempt(6)') AS failed_job;
+RESET ROLE;
+SET ROLE regress_upd_reader;
+SELECT job_id, state, params IS NOT NULL AS sees_params FROM jobguard.job_overview ORDER BY job_id;
+RESET ROLE;
+
+-- new ids continue above every 1.0 id, and jobs and attempts no longer share them
+SELECT job_id AS new_job FROM jobguard.submit('carol', 'after-update', 'charge', '{}', 'stripe') \gset
+SELECT jobguard.begin_attempt(:new_job) AS new_attempt \gset
+SELECT :new_job > 7 AND :new_attempt > 7 AND :new_job <> :new_attempt AS above_and_apart;
+SELECT jobguard.finish_attempt(:new_job, '{}');
+SELECT jobguard.finish_attempt(:new_attempt, '{"charge": "ch_new"}');
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+DROP TABLE before_update;
+
+-- the updated extension is the fresh one, fact for fact
+\set ECHO none
+\i sql/include/extension_shape.sql
+\set ECHO all
+SELECT count(*) > 100 AS described FROM pg_temp.extension_shape();
+\set VERBOSITY terse
+SELECT 'only after update' AS side, line FROM (
+	SELECT line FROM pg_temp.extension_shape() AS line
+	EXCEPT SELECT unnest(string_to_array(:'fresh_shape', E'\x1e'))) u
+UNION ALL
+SELECT 'only when fresh', line FROM (
+	SELECT unnest(string_to_array(:'fresh_shape', E'\x1e')) AS line
+	EXCEPT SELECT line FROM pg_temp.extension_shape() AS line) f
+ORDER BY 1, 2;
+\c :regress_db
+DROP DATABASE regress_jg_fresh;
