@@ -9,12 +9,15 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "executor/spi.h"
+#include "nodes/parsenodes.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/snapmgr.h"
 
 #include "args.h"
 #include "notifier.h"
@@ -29,6 +32,7 @@
 
 PG_FUNCTION_INFO_V1(jobguard_await);
 PG_FUNCTION_INFO_V1(jobguard_purge);
+PG_FUNCTION_INFO_V1(jobguard_purge_batches);
 PG_FUNCTION_INFO_V1(jobguard_stats);
 PG_FUNCTION_INFO_V1(jobguard_stats_reset);
 PG_FUNCTION_INFO_V1(jobguard_fast_path_status);
@@ -119,46 +123,113 @@ jobguard_await(PG_FUNCTION_ARGS)
 }
 
 /*
+ * purge_arguments: check purge's arguments (named after `function` in
+ * errors) and return the cut-off: the transaction's start minus
+ * older_than.
+ */
+static TimestampTz
+purge_arguments(FunctionCallInfo fcinfo, const char *function, int32 *batch_size)
+{
+	Interval   *older_than;
+	Interval	zero_interval = {0};
+
+	require_arg(fcinfo, 0, "older_than");
+	require_arg(fcinfo, 1, "batch_size");
+	older_than = PG_GETARG_INTERVAL_P(0);
+	*batch_size = PG_GETARG_INT32(1);
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
+										 IntervalPGetDatum(&zero_interval))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"older_than\" of jobguard.%s() must not be negative", function)));
+	if (*batch_size < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"batch_size\" of jobguard.%s() must be at least 1", function),
+				 errdetail("It is %d.", *batch_size)));
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+												   TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
+												   IntervalPGetDatum(older_than)));
+}
+
+/*
  * jobguard.purge(older_than, batch_size) -> bigint
  *
  * Deletes jobs that are terminal (succeeded, cancelled, failed) since
  * longer than older_than, with their attempts, batch_size at a time;
  * returns how many jobs it deleted.  Jobs with an open attempt are never
  * purged.  After purge an owner's key is free again: jobguard remembers a
- * key for as long as its job exists.
+ * key for as long as its job exists.  It all happens in the caller's
+ * transaction; purge_batches commits page by page instead.
  */
 Datum
 jobguard_purge(PG_FUNCTION_ARGS)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
-	Interval   *older_than;
 	int32		batch_size;
-	Interval	zero_interval = {0};
-	TimestampTz cutoff;
+	TimestampTz cutoff = purge_arguments(fcinfo, "purge", &batch_size);
 	int64		deleted;
 
-	require_arg(fcinfo, 0, "older_than");
-	require_arg(fcinfo, 1, "batch_size");
-	older_than = PG_GETARG_INTERVAL_P(0);
-	batch_size = PG_GETARG_INT32(1);
-	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
-										 IntervalPGetDatum(&zero_interval))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"older_than\" of jobguard.purge() must not be negative")));
-	if (batch_size < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"batch_size\" of jobguard.purge() must be at least 1"),
-				 errdetail("It is %d.", batch_size)));
-
-	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-													 TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
-													 IntervalPGetDatum(older_than)));
 	store_connect(&caller);
 	deleted = store_purge(cutoff, batch_size);
 	store_finish(&caller);
 	PG_RETURN_INT64(deleted);
+}
+
+/*
+ * CALL jobguard.purge_batches(older_than, batch_size)
+ *
+ * What purge() does, but committing after every page of batch_size jobs,
+ * so that no transaction holds more than one page of deleted rows (and
+ * their locks) and a long purge can be stopped without losing the pages
+ * already done.  After each page it reports progress: a NOTICE, and the
+ * query text pg_stat_activity shows for this session.  The cut-off is
+ * fixed when the call starts.  Must be CALLed outside a transaction block
+ * (it commits); inside one, use purge().
+ */
+Datum
+jobguard_purge_batches(PG_FUNCTION_ARGS)
+{
+	CallContext *context = (CallContext *) fcinfo->context;
+	int32		batch_size;
+	TimestampTz cutoff = purge_arguments(fcinfo, "purge_batches", &batch_size);
+	int64		after = 0;
+	int64		total = 0;
+	bool		more = true;
+
+	if (context == NULL || !IsA(context, CallContext) || context->atomic)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
+				 errmsg("jobguard.purge_batches() must be called with CALL outside a transaction block"),
+				 errdetail("It commits after every batch."),
+				 errhint("Inside a transaction, use jobguard.purge().")));
+
+	if (SPI_connect_ext(SPI_OPT_NONATOMIC) != SPI_OK_CONNECT)
+		elog(ERROR, "jobguard: SPI_connect_ext failed");
+	for (int batch = 1; more; batch++)
+	{
+		SavedIdentity caller;	/* restored by store_finish() */
+		int64		deleted = 0;
+
+		/* each batch in its own transaction, with its own snapshot */
+		PushActiveSnapshot(GetTransactionSnapshot());
+		store_connect(&caller);
+		more = store_purge_page(cutoff, batch_size, &after, &deleted);
+		store_finish(&caller);
+		PopActiveSnapshot();
+		total += deleted;
+		SPI_commit();
+
+		ereport(NOTICE,
+				(errmsg("jobguard.purge_batches: batch %d: %lld jobs deleted, %lld in all",
+						batch, (long long) deleted, (long long) total)));
+		pgstat_report_activity(STATE_RUNNING,
+							   psprintf("CALL jobguard.purge_batches: batch %d committed, %lld jobs deleted so far, at job id %lld",
+										batch, (long long) total, (long long) after));
+		CHECK_FOR_INTERRUPTS();
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
 }
 
 /*

@@ -279,11 +279,41 @@ count_purged(int64 deleted)
 }
 
 /*
+ * store_purge_page: one page of purge: look at the next batch_size jobs
+ * after id *after, in id order, and delete the ones terminal since before
+ * cutoff, with their attempts.  Advances *after to the page's last id and
+ * adds what it deleted to *deleted.  Returns false when there is nothing
+ * more to look at: no job after this page, or the page holds a job created
+ * after the cut-off (ids grow with creation time, and a job created later
+ * cannot have ended earlier).
+ */
+bool
+store_purge_page(TimestampTz cutoff, int batch_size, int64 *after, int64 *deleted)
+{
+	Datum		values[3] = {TimestampTzGetDatum(cutoff), Int64GetDatum(*after),
+	Int32GetDatum(batch_size)};
+	bool		isnull;
+	int64		last;
+	int64		gone;
+
+	sql_run(STMT_PURGE_PAGE, values, NULL);
+	last = sql_column_int64(1, &isnull);
+	if (isnull)
+		return false;			/* no jobs after this page */
+	*after = last;
+	gone = sql_column_int64(2, &isnull);
+	if (gone > 0)
+	{
+		*deleted += gone;
+		count_purged(gone);
+	}
+	return DatumGetTimestampTz(sql_column_value(3, &isnull)) < cutoff;
+}
+
+/*
  * store_purge: delete jobs terminal since before cutoff, with their
- * attempts, a page of batch_size jobs at a time in id order.  Ids grow with
- * creation time, so the scan stops at the first page created after the
- * cut-off: a job created later cannot have ended earlier.  Returns how
- * many jobs were deleted.
+ * attempts, page after page of batch_size jobs (store_purge_page).
+ * Returns how many jobs were deleted.
  */
 int64
 store_purge(TimestampTz cutoff, int batch_size)
@@ -291,27 +321,8 @@ store_purge(TimestampTz cutoff, int batch_size)
 	int64		after = 0;
 	int64		deleted = 0;
 
-	for (;;)
-	{
-		Datum		values[3] = {TimestampTzGetDatum(cutoff), Int64GetDatum(after),
-		Int32GetDatum(batch_size)};
-		bool		isnull;
-		TimestampTz newest;
-
-		sql_run(STMT_PURGE_PAGE, values, NULL);
-		after = sql_column_int64(1, &isnull);
-		if (isnull)
-			break;				/* no jobs after this page */
-		if (sql_column_int64(2, &isnull) > 0)
-		{
-			deleted += sql_column_int64(2, &isnull);
-			count_purged(sql_column_int64(2, &isnull));
-		}
-		newest = DatumGetTimestampTz(sql_column_value(3, &isnull));
-		if (newest >= cutoff)
-			break;
+	while (store_purge_page(cutoff, batch_size, &after, &deleted))
 		CHECK_FOR_INTERRUPTS();
-	}
 	return deleted;
 }
 
