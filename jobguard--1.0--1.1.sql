@@ -163,9 +163,20 @@ COMMENT ON FUNCTION jobguard.configure_shard(integer, integer) IS 'make this dat
 
 -- jobs submitted under 1.0 belong to the scope default
 ALTER TABLE jobguard.jobs ADD COLUMN scope jobguard.name_text NOT NULL DEFAULT 'default';
+ALTER TABLE jobguard.jobs ADD COLUMN previous_job_id bigint;
+ALTER TABLE jobguard.jobs ADD COLUMN replaced_at timestamptz;
 ALTER TABLE jobguard.jobs DROP CONSTRAINT jobs_owner_key_unique;
-ALTER TABLE jobguard.jobs
-	ADD CONSTRAINT jobs_scope_owner_key_unique UNIQUE (scope, owner_id, idempotency_key);
+
+/*
+ * One live job per (scope, owner_id, idempotency_key).  A job is live until
+ * a resubmit under a key policy with after_failure 'new_job' replaces it
+ * (replaced_at): the new job links back with previous_job_id.  The index is
+ * still the only judge of a double-click: submit inserts against it.
+ */
+CREATE UNIQUE INDEX jobs_live_key ON jobguard.jobs (scope, owner_id, idempotency_key)
+	WHERE replaced_at IS NULL;
+
+COMMENT ON INDEX jobguard.jobs_live_key IS 'one live job per (scope, owner_id, idempotency_key)';
 COMMENT ON TABLE jobguard.jobs IS 'one row per (scope, owner_id, idempotency_key): what the owner wants, and its single result slot';
 
 /*
@@ -287,7 +298,9 @@ SELECT j.id AS job_id,
 	   j.created_at,
 	   j.completed_at,
 	   j.cancelled_at,
-	   j.scope
+	   j.scope,
+	   j.previous_job_id,
+	   j.replaced_at
   FROM jobguard.jobs j
   LEFT JOIN LATERAL (
 	   SELECT a.attempt_no, jobguard.attempt_state(a.state, a.deadline) AS state
@@ -313,10 +326,11 @@ CREATE FUNCTION jobguard.invariant_violations()
 RETURNS TABLE (invariant text, job_id bigint, attempt_id bigint, detail text, scope text)
 LANGUAGE sql STABLE
 BEGIN ATOMIC
-	SELECT 'one job per key', min(j.id), NULL::bigint,
-		   format('%s jobs for owner %L and key %L', count(*), j.owner_id, j.idempotency_key),
+	SELECT 'one live job per key', min(j.id), NULL::bigint,
+		   format('%s live jobs for owner %L and key %L', count(*), j.owner_id, j.idempotency_key),
 		   j.scope::text
 	  FROM jobguard.jobs j
+	 WHERE j.replaced_at IS NULL
 	 GROUP BY j.scope, j.owner_id, j.idempotency_key
 	HAVING count(*) > 1
 	UNION ALL
@@ -347,7 +361,8 @@ BEGIN ATOMIC
 		   format('version %s, expected %s', j.version, x.expected), j.scope
 	  FROM jobguard.jobs j,
 		   LATERAL (SELECT 1 + (j.completed_by IS NOT NULL)::int
-					  + (j.cancelled_at IS NOT NULL)::int AS expected) x
+					  + (j.cancelled_at IS NOT NULL)::int
+					  + (j.replaced_at IS NOT NULL)::int AS expected) x
 	 WHERE j.version <> x.expected
 	UNION ALL
 	SELECT 'attempts read a version the job had', a.job_id, a.id,
@@ -370,6 +385,16 @@ BEGIN ATOMIC
 	  FROM jobguard.attempts a
 	  JOIN jobguard.jobs j ON j.id = a.job_id
 	 WHERE a.state = 'lost' AND a.lost_to IS DISTINCT FROM j.completed_by
+	UNION ALL
+	SELECT 'a new job after a failure follows a replaced job of its key', n.id, NULL,
+		   CASE WHEN p.replaced_at IS NULL THEN format('previous job %s was not replaced', p.id)
+				WHEN p.completed_by IS NOT NULL THEN format('previous job %s succeeded', p.id)
+				ELSE format('previous job %s has another key', p.id) END,
+		   n.scope
+	  FROM jobguard.jobs n
+	  JOIN jobguard.jobs p ON p.id = n.previous_job_id	-- (a purged one is gone)
+	 WHERE (p.replaced_at IS NULL OR p.completed_by IS NOT NULL
+			OR (p.scope, p.owner_id, p.idempotency_key) IS DISTINCT FROM (n.scope, n.owner_id, n.idempotency_key))
 	ORDER BY 1, 2, 3;
 END;
 
@@ -386,6 +411,100 @@ AS 'MODULE_PATHNAME', 'jobguard_check_invariants'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION jobguard.check_invariants() IS 'one row per violated invariant of jobguard; no rows means all guarantees hold';
+
+---------------------------------------------------------------------------
+-- Key policy per operation: retention, identity, a fresh job after failure.
+---------------------------------------------------------------------------
+
+/*
+ * What the idempotency key of an operation's jobs promises.  retention:
+ * terminal jobs older than it are removed by purge() called without a
+ * cut-off (NULL: kept until purged explicitly).  identity: the top-level
+ * params keys that make two requests the same request (NULL: all of
+ * params).  after_failure: 'keep' replays a failed or cancelled job as it
+ * is; 'new_job' lets the same request start a new job, linked to the old
+ * one.  A policy applies to the calls made after it is set; it never
+ * rewrites stored jobs.
+ */
+CREATE TABLE jobguard.policies (
+	operation		text PRIMARY KEY,
+	retention		interval,
+	identity		text[],
+	after_failure	text NOT NULL DEFAULT 'keep',
+	set_at			timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT policies_operation_length CHECK (pg_catalog.char_length(operation) BETWEEN 1 AND 63),
+	CONSTRAINT policies_retention_positive CHECK (retention > '0'::interval),
+	CONSTRAINT policies_identity_keys CHECK (pg_catalog.cardinality(identity) > 0),
+	CONSTRAINT policies_after_failure CHECK (after_failure IN ('keep', 'new_job'))
+);
+
+COMMENT ON TABLE jobguard.policies IS 'key policy per operation: retention, identity keys, after_failure';
+
+-- The key policies, for psql.
+CREATE VIEW jobguard.key_policies AS
+SELECT p.operation, p.retention, p.identity, p.after_failure, p.set_at
+  FROM jobguard.policies p;
+
+COMMENT ON VIEW jobguard.key_policies IS 'the key policy of each operation that has one';
+
+/*
+ * set_key_policy: set (or replace) an operation's key policy.  Bad input
+ * is 22004 / 22023 and writes nothing.  A policy with every field at its
+ * default is no policy: the row is removed.
+ */
+CREATE FUNCTION jobguard.set_key_policy(operation text, retention interval DEFAULT NULL,
+										identity text[] DEFAULT NULL,
+										after_failure text DEFAULT 'keep')
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	IF operation IS NULL OR after_failure IS NULL THEN
+		RAISE EXCEPTION 'argument "%" of jobguard.set_key_policy() must not be null',
+			CASE WHEN operation IS NULL THEN 'operation' ELSE 'after_failure' END
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF char_length(operation) NOT BETWEEN 1 AND 63 THEN
+		RAISE EXCEPTION 'argument "operation" must be 1 to 63 characters long'
+			USING ERRCODE = 'invalid_parameter_value',
+				  DETAIL = format('It is %s characters long.', char_length(operation));
+	END IF;
+	IF retention <= '0'::interval THEN
+		RAISE EXCEPTION 'argument "retention" must be greater than zero or null'
+			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', retention);
+	END IF;
+	IF identity IS NOT NULL AND (cardinality(identity) = 0 OR array_position(identity, NULL) IS NOT NULL
+								 OR EXISTS (SELECT 1 FROM unnest(identity) k WHERE k = '')) THEN
+		RAISE EXCEPTION 'argument "identity" must name at least one key, and no empty or null key'
+			USING ERRCODE = 'invalid_parameter_value',
+				  HINT = 'Pass NULL to compare the whole params.';
+	END IF;
+	IF after_failure NOT IN ('keep', 'new_job') THEN
+		RAISE EXCEPTION 'argument "after_failure" must be keep or new_job'
+			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %L.', after_failure);
+	END IF;
+	IF retention IS NULL AND identity IS NULL AND after_failure = 'keep' THEN
+		DELETE FROM jobguard.policies p WHERE p.operation = set_key_policy.operation;
+		RETURN;
+	END IF;
+	INSERT INTO jobguard.policies AS p (operation, retention, identity, after_failure)
+	VALUES (operation, retention, identity, after_failure)
+	ON CONFLICT ON CONSTRAINT policies_pkey DO UPDATE
+		SET retention = EXCLUDED.retention, identity = EXCLUDED.identity,
+			after_failure = EXCLUDED.after_failure, set_at = now();
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.set_key_policy(text, interval, text[], text) IS 'set the key policy of an operation: retention, identity keys, after_failure (keep or new_job)';
+
+-- purge() without a cut-off applies each operation's retention
+CREATE OR REPLACE FUNCTION jobguard.purge(older_than interval DEFAULT NULL, batch_size integer DEFAULT 1000)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'jobguard_purge'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.purge(interval, integer) IS 'delete jobs terminal for longer than older_than (NULL: each operation''s retention), with their attempts; their keys can be used again';
 
 ---------------------------------------------------------------------------
 -- Grants by scope.
@@ -426,7 +545,7 @@ BEGIN
 	PERFORM jobguard.take_back(role);
 	EXECUTE format('GRANT USAGE ON SCHEMA jobguard TO %s', role);
 	EXECUTE format('GRANT SELECT ON jobguard.job_overview, jobguard.attempt_overview,'
-				   ' jobguard.certification_overview TO %s', role);
+				   ' jobguard.certification_overview, jobguard.key_policies TO %s', role);
 	EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.attempt_state(text, timestamptz),'
 				   ' jobguard.job_state(bigint), jobguard.job(bigint), jobguard.attempts_of(bigint),'
 				   ' jobguard.check_result(text, jsonb), jobguard.check_invariants(),'
@@ -552,6 +671,7 @@ SELECT jobguard.take_back(g.role) FROM jobguard.update_1_0_grants g;
 
 SELECT pg_catalog.pg_extension_config_dump('jobguard.id_seq', '');
 SELECT pg_catalog.pg_extension_config_dump('jobguard.grants', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.policies', '');
 
 ---------------------------------------------------------------------------
 -- Default privileges do not reach jobguard's objects.

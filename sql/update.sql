@@ -5,8 +5,10 @@
 -- attempt, and the extension describes exactly what a fresh 1.1 install
 -- describes.  The database is kept: make test then runs every suite on it.
 SELECT current_database() AS regress_db \gset
+SET client_min_messages = warning;
 DROP DATABASE IF EXISTS regress_jg_update;
 DROP DATABASE IF EXISTS regress_jg_fresh;
+RESET client_min_messages;
 DO $$
 BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'regress_upd_client') THEN
@@ -87,5 +89,8 @@ SELECT 'only when fresh', line FROM (
 	SELECT unnest(string_to_array(:'fresh_shape', E'\x1e')) AS line
 	EXCEPT SELECT line FROM pg_temp.extension_shape() AS line) f
 ORDER BY 1, 2;
+-- the suites that run next on this database start from empty tables
+TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
+	RESTART IDENTITY;
 \c :regress_db
 DROP DATABASE regress_jg_fresh;

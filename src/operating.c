@@ -157,21 +157,38 @@ purge_arguments(FunctionCallInfo fcinfo, const char *function, int32 *batch_size
  *
  * Deletes jobs that are terminal (succeeded, cancelled, failed) since
  * longer than older_than, with their attempts, batch_size at a time;
- * returns how many jobs it deleted.  Jobs with an open attempt are never
- * purged.  After purge an owner's key is free again: jobguard remembers a
- * key for as long as its job exists.  It all happens in the caller's
- * transaction; purge_batches commits page by page instead.
+ * returns how many jobs it deleted.  older_than NULL applies each
+ * operation's key policy retention instead (operations without one are
+ * kept).  Jobs with an open attempt are never purged.  After purge an
+ * owner's key is free again: jobguard remembers a key for as long as its
+ * job exists.  It all happens in the caller's transaction; purge_batches
+ * commits page by page instead.
  */
 Datum
 jobguard_purge(PG_FUNCTION_ARGS)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
 	int32		batch_size;
-	TimestampTz cutoff = purge_arguments(fcinfo, "purge", &batch_size);
+	TimestampTz cutoff;
 	int64		deleted;
 
+	if (PG_ARGISNULL(0))
+	{
+		require_arg(fcinfo, 1, "batch_size");
+		batch_size = PG_GETARG_INT32(1);
+		if (batch_size < 1)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"batch_size\" of jobguard.purge() must be at least 1"),
+					 errdetail("It is %d.", batch_size)));
+		store_connect(&caller);
+		deleted = store_purge_by_retention(batch_size);
+		store_finish(&caller);
+		PG_RETURN_INT64(deleted);
+	}
+	cutoff = purge_arguments(fcinfo, "purge", &batch_size);
 	store_connect(&caller);
-	deleted = store_purge(cutoff, batch_size);
+	deleted = store_purge(cutoff, batch_size, NULL);
 	store_finish(&caller);
 	PG_RETURN_INT64(deleted);
 }
@@ -214,7 +231,7 @@ jobguard_purge_batches(PG_FUNCTION_ARGS)
 		/* each batch in its own transaction, with its own snapshot */
 		PushActiveSnapshot(GetTransactionSnapshot());
 		store_connect(&caller);
-		more = store_purge_page(cutoff, batch_size, &after, &deleted);
+		more = store_purge_page(cutoff, batch_size, NULL, &after, &deleted);
 		store_finish(&caller);
 		PopActiveSnapshot();
 		total += deleted;

@@ -52,7 +52,8 @@ static const KnownColumn job_columns[JOB_COLUMN_COUNT] = {
 	{"max_attempts", INT4OID}, {"version", INT8OID}, {"completed_by", INT8OID},
 	{"result", JSONBOID}, {"created_at", TIMESTAMPTZOID},
 	{"completed_at", TIMESTAMPTZOID}, {"cancelled_at", TIMESTAMPTZOID},
-	{"cancel_reason", TEXTOID}, {"scope", TEXTOID}
+	{"cancel_reason", TEXTOID}, {"scope", TEXTOID}, {"previous_job_id", INT8OID},
+	{"replaced_at", TIMESTAMPTZOID}
 };
 
 static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
@@ -350,13 +351,32 @@ column_problem(Relation rel, const KnownColumn *columns, int count,
 }
 
 /*
+ * predicate_is_null_test: whether an index predicate is none at all
+ * (null_att invalid), or exactly "null_att IS NULL" — the live-jobs index
+ * on (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL.
+ */
+static bool
+predicate_is_null_test(List *predicate, AttrNumber null_att)
+{
+	NullTest   *test;
+
+	if (null_att == InvalidAttrNumber)
+		return predicate == NIL;
+	if (list_length(predicate) != 1 || !IsA(linitial(predicate), NullTest))
+		return false;
+	test = (NullTest *) linitial(predicate);
+	return test->nulltesttype == IS_NULL && !test->argisrow &&
+		IsA(test->arg, Var) && ((Var *) test->arg)->varattno == null_att;
+}
+
+/*
  * index_on: the OID of the table's valid unique index whose key columns
- * are exactly the given attributes (in order), with no predicate or
- * expression; InvalidOid if none.  Finds indexes by what they index, not
- * by name.
+ * are exactly the given attributes (in order), with no expression and no
+ * predicate (or, when null_att is valid, exactly "null_att IS NULL");
+ * InvalidOid if none.  Finds indexes by what they index, not by name.
  */
 static Oid
-index_on(Relation rel, int nkeys, const AttrNumber *atts)
+index_on(Relation rel, int nkeys, const AttrNumber *atts, AttrNumber null_att)
 {
 	List	   *indexes = RelationGetIndexList(rel);
 	ListCell   *lc;
@@ -369,7 +389,7 @@ index_on(Relation rel, int nkeys, const AttrNumber *atts)
 		bool		match = index->rd_rel->relkind == RELKIND_INDEX &&
 			form->indisunique && form->indisvalid &&
 			form->indimmediate && form->indnkeyatts == nkeys &&
-			RelationGetIndexPredicate(index) == NIL &&
+			predicate_is_null_test(RelationGetIndexPredicate(index), null_att) &&
 			RelationGetIndexExpressions(index) == NIL;
 
 		for (int k = 0; match && k < nkeys; k++)
@@ -451,21 +471,21 @@ build_catalog(RowsCatalog *cat)
 	if (cat->usable)
 	{
 		keys[0] = cat->job_att[JOB_ID];
-		cat->jobs_pkey = index_on(jobs, 1, keys);
+		cat->jobs_pkey = index_on(jobs, 1, keys, InvalidAttrNumber);
 		keys[0] = cat->job_att[JOB_SCOPE];
 		keys[1] = cat->job_att[JOB_OWNER_ID];
 		keys[2] = cat->job_att[JOB_IDEMPOTENCY_KEY];
-		cat->jobs_owner_key = index_on(jobs, 3, keys);
+		cat->jobs_owner_key = index_on(jobs, 3, keys, cat->job_att[JOB_REPLACED_AT]);
 		keys[0] = cat->attempt_att[ATT_ID];
-		cat->attempts_pkey = index_on(attempts, 1, keys);
+		cat->attempts_pkey = index_on(attempts, 1, keys, InvalidAttrNumber);
 		keys[0] = cat->attempt_att[ATT_JOB_ID];
 		keys[1] = cat->attempt_att[ATT_ATTEMPT_NO];
-		cat->attempts_job_attempt_no = index_on(attempts, 2, keys);
+		cat->attempts_job_attempt_no = index_on(attempts, 2, keys, InvalidAttrNumber);
 		keys[0] = cat->op_att[OP_OPERATION];
-		cat->operations_pkey = index_on(operations, 1, keys);
+		cat->operations_pkey = index_on(operations, 1, keys, InvalidAttrNumber);
 		keys[0] = cat->cert_att[CERT_OPERATION];
 		keys[1] = cat->cert_att[CERT_PROVIDER];
-		cat->certifications_pkey = index_on(certifications, 2, keys);
+		cat->certifications_pkey = index_on(certifications, 2, keys, InvalidAttrNumber);
 		cat->usable = OidIsValid(cat->jobs_pkey) && OidIsValid(cat->jobs_owner_key) &&
 			OidIsValid(cat->attempts_pkey) && OidIsValid(cat->attempts_job_attempt_no) &&
 			OidIsValid(cat->operations_pkey) && OidIsValid(cat->certifications_pkey);

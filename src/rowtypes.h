@@ -76,6 +76,14 @@ typedef enum ClaimOutcome
 	CLAIM_LOST					/* another attempt had it, or the job was cancelled */
 } ClaimOutcome;
 
+/* An operation's key policy, as submit applies it. */
+typedef struct KeyPolicy
+{
+	bool		has_identity;
+	Datum		identity;		/* text[]: the keys that make a request the same */
+	bool		new_job_after_failure;	/* after_failure = 'new_job' */
+} KeyPolicy;
+
 /* How an existing job compares with a replayed submit. */
 typedef struct SubmitMatch
 {

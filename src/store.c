@@ -20,6 +20,7 @@
 
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 
 #include "states.h"
 #include "store.h"
@@ -123,6 +124,76 @@ store_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operat
 	match->same_params = sql_column_bool(3);
 	match->same_provider = sql_column_bool(4);
 	match->same_max_attempts = sql_column_bool(5);
+	return true;
+}
+
+/*
+ * store_key_policy: the key policy of an operation; false when it has
+ * none.  Read only when a submit conflicted with an existing job, so an
+ * operation without a policy costs nothing more than in 1.0.
+ */
+bool
+store_key_policy(Datum operation, KeyPolicy *policy)
+{
+	Datum		values[1] = {operation};
+	bool		isnull;
+	Datum		d;
+
+	if (sql_run(STMT_KEY_POLICY, values, NULL) == 0)
+		return false;
+	d = sql_column_value(1, &isnull);
+	policy->has_identity = !isnull;
+	policy->identity = isnull ? (Datum) 0 : datumCopy(d, false, -1);
+	policy->new_job_after_failure = strcmp(sql_column_text(2), "new_job") == 0;
+	return true;
+}
+
+/*
+ * store_same_identity: whether job_id's stored params and a request's
+ * params agree on the identity keys (see STMT_SAME_IDENTITY).
+ */
+bool
+store_same_identity(int64 job_id, Datum params, Datum identity)
+{
+	Datum		values[3] = {Int64GetDatum(job_id), params, identity};
+
+	if (sql_run(STMT_SAME_IDENTITY, values, NULL) == 0)
+		return false;
+	return sql_column_bool(1);
+}
+
+/*
+ * store_replace_ended_job: stop a failed or cancelled job from being the
+ * live job of its key (see STMT_REPLACE_ENDED_JOB); false when it is not
+ * failed or cancelled (any more), or was replaced already.
+ */
+bool
+store_replace_ended_job(int64 job_id)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+
+	return sql_run(STMT_REPLACE_ENDED_JOB, values, NULL) == 1;
+}
+
+/*
+ * store_insert_next_job: insert the job that follows a replaced one under
+ * the same key; false when a concurrent submit inserted it first.  A rare
+ * write: the SQL path serves it on both back ends.
+ */
+bool
+store_insert_next_job(Datum scope, Datum owner_id, Datum idempotency_key,
+					  Datum operation, Datum params, Datum provider,
+					  Datum max_attempts, bool max_attempts_null,
+					  int64 previous_job_id, int64 *job_id)
+{
+	Datum		values[8] = {owner_id, idempotency_key, operation, params,
+	provider, max_attempts, scope, Int64GetDatum(previous_job_id)};
+	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' ', ' ', ' '};
+	bool		isnull;
+
+	if (sql_run(STMT_INSERT_NEXT_JOB, values, nulls) == 0)
+		return false;
+	*job_id = sql_column_int64(1, &isnull);
 	return true;
 }
 

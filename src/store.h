@@ -41,6 +41,13 @@ extern bool store_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
 							SubmitMatch *match);
+extern bool store_key_policy(Datum operation, KeyPolicy *policy);
+extern bool store_same_identity(int64 job_id, Datum params, Datum identity);
+extern bool store_replace_ended_job(int64 job_id);
+extern bool store_insert_next_job(Datum scope, Datum owner_id, Datum idempotency_key,
+								  Datum operation, Datum params, Datum provider,
+								  Datum max_attempts, bool max_attempts_null,
+								  int64 previous_job_id, int64 *job_id);
 extern bool store_lock_job(int64 job_id, const char *scope, JobRow *job);
 extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
 extern int64 store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
@@ -74,9 +81,10 @@ extern bool store_operation_contract(Datum operation, int64 *version,
 									 Datum *contract);
 extern bool store_fresh_job_state(int64 job_id, char **state, char **scope);
 extern uint64 store_sweep_overdue(int batch_size);
-extern int64 store_purge(TimestampTz cutoff, int batch_size);
-extern bool store_purge_page(TimestampTz cutoff, int batch_size, int64 *after,
-							 int64 *deleted);
+extern int64 store_purge(TimestampTz cutoff, int batch_size, const char *operation);
+extern bool store_purge_page(TimestampTz cutoff, int batch_size, const char *operation,
+							 int64 *after, int64 *deleted);
+extern int64 store_purge_by_retention(int batch_size);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
 extern void store_stored_state_counts(int64 *counts);
 extern int	store_stored_job_gauge(int64 job_id);

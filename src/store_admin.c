@@ -281,22 +281,24 @@ count_purged(int64 deleted)
 /*
  * store_purge_page: one page of purge: look at the next batch_size jobs
  * after id *after, in id order, and delete the ones terminal since before
- * cutoff, with their attempts.  Advances *after to the page's last id and
+ * cutoff (of operation only, when it is not NULL), with their attempts.  Advances *after to the page's last id and
  * adds what it deleted to *deleted.  Returns false when there is nothing
  * more to look at: no job after this page, or the page holds a job created
  * after the cut-off (ids grow with creation time, and a job created later
  * cannot have ended earlier).
  */
 bool
-store_purge_page(TimestampTz cutoff, int batch_size, int64 *after, int64 *deleted)
+store_purge_page(TimestampTz cutoff, int batch_size, const char *operation,
+				 int64 *after, int64 *deleted)
 {
-	Datum		values[3] = {TimestampTzGetDatum(cutoff), Int64GetDatum(*after),
-	Int32GetDatum(batch_size)};
+	Datum		values[4] = {TimestampTzGetDatum(cutoff), Int64GetDatum(*after),
+		Int32GetDatum(batch_size), operation ? CStringGetTextDatum(operation) : (Datum) 0};
+	char		nulls[4] = {' ', ' ', ' ', operation ? ' ' : 'n'};
 	bool		isnull;
 	int64		last;
 	int64		gone;
 
-	sql_run(STMT_PURGE_PAGE, values, NULL);
+	sql_run(STMT_PURGE_PAGE, values, nulls);
 	last = sql_column_int64(1, &isnull);
 	if (isnull)
 		return false;			/* no jobs after this page */
@@ -312,16 +314,17 @@ store_purge_page(TimestampTz cutoff, int batch_size, int64 *after, int64 *delete
 
 /*
  * store_purge: delete jobs terminal since before cutoff, with their
- * attempts, page after page of batch_size jobs (store_purge_page).
- * Returns how many jobs were deleted.
+ * attempts, page after page of batch_size jobs (store_purge_page).  Only
+ * jobs of operation, when it is not NULL.  Returns how many jobs were
+ * deleted.
  */
 int64
-store_purge(TimestampTz cutoff, int batch_size)
+store_purge(TimestampTz cutoff, int batch_size, const char *operation)
 {
 	int64		after = 0;
 	int64		deleted = 0;
 
-	while (store_purge_page(cutoff, batch_size, &after, &deleted))
+	while (store_purge_page(cutoff, batch_size, operation, &after, &deleted))
 		CHECK_FOR_INTERRUPTS();
 	return deleted;
 }
@@ -357,6 +360,32 @@ store_stored_job_gauge(int64 job_id)
 	if (sql_run(STMT_STORED_JOB_STATE, values, NULL) == 0)
 		return GAUGE_NONE;
 	return stats_job_gauge_of(sql_column_text(1));
+}
+
+/*
+ * store_purge_by_retention: purge each operation's terminal jobs older
+ * than its key policy's retention.  Returns how many jobs were deleted.
+ */
+int64
+store_purge_by_retention(int batch_size)
+{
+	uint64		n = sql_run(STMT_RETENTIONS, NULL, NULL);
+	char	  **operations = palloc(sizeof(char *) * (n + 1));
+	TimestampTz *cutoffs = palloc(sizeof(TimestampTz) * (n + 1));
+	int64		deleted = 0;
+
+	/* read the list first: each purge below replaces SPI_tuptable */
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		operations[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		cutoffs[i] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+													   SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	for (uint64 i = 0; i < n; i++)
+		deleted += store_purge(cutoffs[i], batch_size, operations[i]);
+	return deleted;
 }
 
 /*

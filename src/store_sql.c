@@ -104,7 +104,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"INSERT INTO jobguard.jobs AS j"
 		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
 		" VALUES ($1, $2, $3, $4, $5, $6, $7)"
-		" ON CONFLICT (scope, owner_id, idempotency_key) DO NOTHING"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
 		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
 		SPI_OK_INSERT_RETURNING, false
@@ -121,7 +121,8 @@ static const StatementDef statements[STMT_COUNT] = {
 		" FROM jobguard.jobs j"
 		" WHERE j.scope OPERATOR(pg_catalog.=) $7"
 		" AND j.owner_id OPERATOR(pg_catalog.=) $1"
-		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2",
+		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2"
+		" AND j.replaced_at IS NULL",
 		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
 		SPI_OK_SELECT, false
 	},
@@ -435,6 +436,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" gone AS ("
 		"  DELETE FROM jobguard.jobs AS j USING page"
 		"   WHERE j.id OPERATOR(pg_catalog.=) page.id AND " PURGEABLE_SQL
+		"   AND ($4 IS NULL OR j.operation OPERATOR(pg_catalog.=) $4)"
 		"  RETURNING j.id, " STORED_JOB_STATE_SQL("'none'", "NULL::integer") " AS closed_as)"
 		" SELECT (SELECT pg_catalog.max(page.id) FROM page),"
 		"  (SELECT pg_catalog.count(*) FROM gone),"
@@ -448,7 +450,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"     AND a.state OPERATOR(pg_catalog.=) s.state) ORDER BY s.n)"
 		"    FROM pg_catalog.unnest('{cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
 		"     WITH ORDINALITY AS s(state, n))",
-		3, {TIMESTAMPTZOID, INT8OID, INT4OID},
+		4, {TIMESTAMPTZOID, INT8OID, INT4OID, TEXTOID},
 		SPI_OK_SELECT, false
 	},
 	/*
@@ -503,6 +505,76 @@ static const StatementDef statements[STMT_COUNT] = {
 		" ORDER BY x.kind, x.n",
 		0, {0},
 		SPI_OK_SELECT, true
+	},
+	/* An operation's key policy: its identity keys and after_failure. */
+	[STMT_KEY_POLICY] = {
+		"key policy",
+		"SELECT p.identity, p.after_failure FROM jobguard.policies p"
+		" WHERE p.operation OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Whether job $1's params and the request's $2 agree on the identity
+	 * keys $3: each key absent from both, or present in both with equal
+	 * values.  Params that are not both objects must be equal as a whole.
+	 */
+	[STMT_SAME_IDENTITY] = {
+		"same identity",
+		"SELECT CASE WHEN pg_catalog.jsonb_typeof(j.params) OPERATOR(pg_catalog.=) 'object'"
+		"  AND pg_catalog.jsonb_typeof($2) OPERATOR(pg_catalog.=) 'object'"
+		" THEN NOT EXISTS (SELECT 1 FROM pg_catalog.unnest($3) k"
+		"  WHERE (j.params OPERATOR(pg_catalog.?) k) OPERATOR(pg_catalog.<>) ($2 OPERATOR(pg_catalog.?) k)"
+		"  OR ((j.params OPERATOR(pg_catalog.?) k)"
+		"   AND (j.params OPERATOR(pg_catalog.->) k) OPERATOR(pg_catalog.<>) ($2 OPERATOR(pg_catalog.->) k)))"
+		" ELSE j.params OPERATOR(pg_catalog.=) $2 END"
+		" FROM jobguard.jobs j WHERE j.id OPERATOR(pg_catalog.=) $1",
+		3, {INT8OID, JSONBOID, TEXTARRAYOID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Replace job $1 if it failed (every allowed attempt used, none open)
+	 * or was cancelled, and nothing took its result slot: it stops being
+	 * the live job of its key, and its version moves on, so a late result
+	 * of one of its attempts loses.  Under READ COMMITTED a concurrent
+	 * finish that wins first makes this update nothing.
+	 */
+	[STMT_REPLACE_ENDED_JOB] = {
+		"replace ended job",
+		"UPDATE jobguard.jobs AS j"
+		" SET replaced_at = pg_catalog.now(), version = j.version OPERATOR(pg_catalog.+) 1"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.replaced_at IS NULL"
+		" AND j.completed_by IS NULL"
+		" AND (j.cancelled_at IS NOT NULL"
+		"  OR (j.max_attempts IS NOT NULL"
+		"   AND NOT EXISTS (SELECT 1 FROM jobguard.attempts o"
+		"    WHERE o.job_id OPERATOR(pg_catalog.=) j.id"
+		"    AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))"
+		"   AND (SELECT pg_catalog.count(*) FROM jobguard.attempts n"
+		"    WHERE n.job_id OPERATOR(pg_catalog.=) j.id) OPERATOR(pg_catalog.>=) j.max_attempts))"
+		" RETURNING j.id",
+		1, {INT8OID},
+		SPI_OK_UPDATE_RETURNING, false
+	},
+	/* The job that follows replaced job $8 under the same key. */
+	[STMT_INSERT_NEXT_JOB] = {
+		"insert next job",
+		"INSERT INTO jobguard.jobs AS j"
+		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope,"
+		"  previous_job_id)"
+		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
+		" RETURNING j.id",
+		8, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID, INT8OID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/* The operations with a retention, for purge() without a cut-off. */
+	[STMT_RETENTIONS] = {
+		"retentions",
+		"SELECT p.operation, pg_catalog.now() OPERATOR(pg_catalog.-) p.retention"
+		" FROM jobguard.policies p WHERE p.retention IS NOT NULL ORDER BY p.operation",
+		0, {0},
+		SPI_OK_SELECT, false
 	},
 	/* Every violated invariant, with its job's scope (see jobguard--1.1.sql). */
 	[STMT_INVARIANT_VIOLATIONS] = {

@@ -111,6 +111,14 @@ jobguard_submit(PG_FUNCTION_ARGS)
 		if (store_match_job(scope, owner_id, idempotency_key, operation, params,
 							provider, max_attempts, max_attempts_null, &match))
 		{
+			KeyPolicy	policy;
+			bool		has_policy = store_key_policy(operation, &policy);
+
+			/* with identity keys, other differences in params do not count */
+			if (!match.same_params && has_policy && policy.has_identity &&
+				match.same_operation)
+				match.same_params = store_same_identity(match.job_id, params,
+														policy.identity);
 			if (!match.same_operation || !match.same_params ||
 				!match.same_provider || !match.same_max_attempts)
 			{
@@ -124,6 +132,46 @@ jobguard_submit(PG_FUNCTION_ARGS)
 								   (long long) match.job_id, describe_mismatch(&match)),
 						 errhint("Use a new idempotency key for a new request, or resend the original request unchanged to get job %lld.",
 								 (long long) match.job_id)));
+			}
+
+			/*
+			 * after_failure 'new_job': the same request after the job failed
+			 * or was cancelled starts a new job, linked to the old one.  The
+			 * old job stops being live first (a conditional update that a
+			 * concurrent winning finish makes do nothing); the unique index
+			 * on live jobs then decides between racing resubmits.
+			 */
+			if (has_policy && policy.new_job_after_failure)
+			{
+				SubmitMatch now;
+
+				if (store_replace_ended_job(match.job_id))
+				{
+					if (store_insert_next_job(scope, owner_id, idempotency_key, operation,
+											  params, provider, max_attempts,
+											  max_attempts_null, match.job_id, &job_id))
+					{
+						created = true;
+						stats_count(STAT_SUBMITS_CREATED);
+						break;
+					}
+					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
+						 (long long) match.job_id);
+				}
+
+				/*
+				 * Not replaced: the job is not failed or cancelled, or a
+				 * racing resubmit replaced it first — then its new job is
+				 * the live one, and this call starts over to meet it.
+				 */
+				if (store_match_job(scope, owner_id, idempotency_key, operation, params,
+									provider, max_attempts, max_attempts_null, &now) &&
+					now.job_id != match.job_id)
+				{
+					if (tries >= SUBMIT_MAX_TRIES)
+						report_retries_exhausted("submit a new job after job", match.job_id);
+					continue;
+				}
 			}
 			stats_count(STAT_SUBMITS_REPLAYED);
 			job_id = match.job_id;
