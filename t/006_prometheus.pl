@@ -30,14 +30,18 @@ CREATE EXTENSION jobguard;
 CREATE ROLE jobguard_exporter LOGIN;
 SELECT jobguard.grant_reader('jobguard_exporter');
 SELECT jobguard.define_operation('extract', '{"type": "object", "required": ["name"]}');
-SELECT count(*) FROM generate_series(1, 5) g, jobguard.submit('o', g::text, 'extract', '{}', 'p');
-SELECT jobguard.submit('o', '1', 'extract', '{}', 'p');
-SELECT jobguard.begin_attempt(1), jobguard.begin_attempt(2), jobguard.begin_attempt(3, timeout => '1 millisecond');
-SELECT jobguard.finish_attempt(1, '{"name": "x"}');
-SELECT jobguard.finish_attempt(2, '{"no": 1}');
 });
+# five jobs: one won, one rejected, one overdue (unknown), two pending
+my @jobs = split /\n/, $node->safe_psql('postgres',
+	q{SELECT s.job_id FROM generate_series(1, 5) g, jobguard.submit('o', g::text, 'extract', '{}', 'p') s ORDER BY 1});
+$node->safe_psql('postgres', q{SELECT jobguard.submit('o', '1', 'extract', '{}', 'p')});
+my $won = $node->safe_psql('postgres', "SELECT jobguard.begin_attempt($jobs[0])");
+my $rejected = $node->safe_psql('postgres', "SELECT jobguard.begin_attempt($jobs[1])");
+$node->safe_psql('postgres', "SELECT jobguard.begin_attempt($jobs[2], timeout => '1 millisecond')");
+$node->safe_psql('postgres', qq{SELECT jobguard.finish_attempt($won, '{"name": "x"}')});
+$node->safe_psql('postgres', qq{SELECT jobguard.finish_attempt($rejected, '{"no": 1}')});
 $node->psql('postgres', q{SELECT jobguard.submit('o', '1', 'extract', '{"x": 1}', 'p')});
-$node->psql('postgres', q{SELECT jobguard.begin_attempt(3)});
+$node->psql('postgres', "SELECT jobguard.begin_attempt($jobs[2])");
 
 my $port = PostgreSQL::Test::Cluster::get_free_port();
 my $dsn = sprintf('host=%s port=%d user=jobguard_exporter dbname=postgres sslmode=disable',
@@ -87,7 +91,7 @@ for my $line (split /\n/, $metrics)
 	my ($state) = $labels =~ /state="([a-z]+)"/;
 	$value{ $name . (defined $state ? ".$state" : '') } = $v + 0;
 }
-is($value{'jobguard_jobs_count.pending'}, 2, 'jobguard_jobs_count{state="pending"}');
+is($value{'jobguard_jobs_count.pending'}, 3, 'jobguard_jobs_count{state="pending"}');
 is($value{'jobguard_submits_created_total'}, 5, 'submits created');
 is($value{'jobguard_submits_replayed_total'}, 1, 'submits replayed');
 is($value{'jobguard_submits_conflicted_total'}, 1, 'submits conflicted');
