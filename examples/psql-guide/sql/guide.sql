@@ -31,12 +31,12 @@ SELECT job_id AS dave FROM jobguard.submit('dave', 'order-3', 'charge', '{"amoun
 SELECT jobguard.begin_attempt(:dave, timeout => '1 hour') AS waiting \gset
 SELECT jobguard.mark_unknown(:waiting);
 SELECT pg_sleep(0.1);
--- every query below runs as a reader: grant_reader() and nothing else
+-- every query below runs as a reader of every scope, with payloads, and nothing else
 SET client_min_messages = warning;
 DROP ROLE IF EXISTS jobguard_guide_reader;
 RESET client_min_messages;
 CREATE ROLE jobguard_guide_reader;
-SELECT jobguard.grant_reader('jobguard_guide_reader');
+SELECT jobguard.grant_reader('jobguard_guide_reader', payloads => true);
 \o
 SET ROLE jobguard_guide_reader;
 
