@@ -201,16 +201,16 @@ CREATE TABLE jobguard.grants (
 
 COMMENT ON TABLE jobguard.grants IS 'clients (one scope), readers (one scope or all) and operators (every scope)';
 
-CREATE FUNCTION jobguard.grants_changed()
+CREATE FUNCTION jobguard.table_changed()
 RETURNS trigger
-AS 'MODULE_PATHNAME', 'jobguard_grants_changed'
+AS 'MODULE_PATHNAME', 'jobguard_table_changed'
 LANGUAGE C;
 
-COMMENT ON FUNCTION jobguard.grants_changed() IS 'trigger: tell every backend that the scope grants changed';
+COMMENT ON FUNCTION jobguard.table_changed() IS 'trigger: tell every backend that the table changed, so that what it cached from it is read again';
 
 CREATE TRIGGER grants_changed
 	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON jobguard.grants
-	FOR EACH STATEMENT EXECUTE FUNCTION jobguard.grants_changed();
+	FOR EACH STATEMENT EXECUTE FUNCTION jobguard.table_changed();
 
 /*
  * The caller's rights by scope, from jobguard.grants and the caller's role
@@ -439,6 +439,11 @@ CREATE TABLE jobguard.policies (
 );
 
 COMMENT ON TABLE jobguard.policies IS 'key policy per operation: retention, identity keys, after_failure';
+
+-- submit caches the policies per backend (src/policies.c)
+CREATE TRIGGER policies_changed
+	AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON jobguard.policies
+	FOR EACH STATEMENT EXECUTE FUNCTION jobguard.table_changed();
 
 -- The key policies, for psql.
 CREATE VIEW jobguard.key_policies AS

@@ -92,7 +92,7 @@ SELECT created, job_id > :new_won AS new_id FROM jobguard.submit('o', 'old-won',
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 SELECT t.call, pg_temp.sqlstate_of(t.call) AS refused
   FROM (VALUES
-	('SELECT jobguard.purge(NULL)'),
+	('SELECT jobguard.purge(NULL, 0)'),
 	($$SELECT jobguard.purge('1 day', NULL)$$),
 	($$SELECT jobguard.purge('-1 day')$$),
 	($$SELECT jobguard.purge('1 day', 0)$$)

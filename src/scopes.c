@@ -6,7 +6,7 @@
  *
  * The rights of one role are worked out once and kept until something they
  * depend on changes: a write to jobguard.grants (its trigger sends a
- * relcache invalidation of the table, see jobguard_grants_changed) or any
+ * relcache invalidation of the table, see jobguard_table_changed) or any
  * change of roles or memberships (syscache callbacks).  A call then costs
  * one comparison of role ids, so scopes take nothing measurable from the
  * hot path.
@@ -37,7 +37,7 @@
 #include "scopes.h"
 #include "security.h"
 
-PG_FUNCTION_INFO_V1(jobguard_grants_changed);
+PG_FUNCTION_INFO_V1(jobguard_table_changed);
 PG_FUNCTION_INFO_V1(jobguard_caller_scope);
 PG_FUNCTION_INFO_V1(jobguard_scope_visible);
 PG_FUNCTION_INFO_V1(jobguard_payloads_visible);
@@ -333,18 +333,19 @@ scopes_reads_everything(Oid userid)
 }
 
 /*
- * jobguard.grants_changed(): statement trigger on jobguard.grants.  A
- * relcache invalidation of the table reaches every backend at its next
- * command once this transaction commits (and this backend at once), and
- * makes them work out the rights of their roles again.
+ * jobguard.table_changed(): statement trigger on jobguard.grants and
+ * jobguard.policies.  A relcache invalidation of the table reaches every
+ * backend at its next command once this transaction commits (and this
+ * backend at once), and makes them read what they cached from it again:
+ * the rights of their roles (here), the key policies (policies.c).
  */
 Datum
-jobguard_grants_changed(PG_FUNCTION_ARGS)
+jobguard_table_changed(PG_FUNCTION_ARGS)
 {
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "jobguard: grants_changed() must be called as a trigger");
+		elog(ERROR, "jobguard: table_changed() must be called as a trigger");
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	PG_RETURN_POINTER(NULL);
 }

@@ -20,7 +20,6 @@
 
 #include "executor/spi.h"
 #include "utils/builtins.h"
-#include "utils/datum.h"
 
 #include "states.h"
 #include "store.h"
@@ -124,27 +123,6 @@ store_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operat
 	match->same_params = sql_column_bool(3);
 	match->same_provider = sql_column_bool(4);
 	match->same_max_attempts = sql_column_bool(5);
-	return true;
-}
-
-/*
- * store_key_policy: the key policy of an operation; false when it has
- * none.  Read only when a submit conflicted with an existing job, so an
- * operation without a policy costs nothing more than in 1.0.
- */
-bool
-store_key_policy(Datum operation, KeyPolicy *policy)
-{
-	Datum		values[1] = {operation};
-	bool		isnull;
-	Datum		d;
-
-	if (sql_run(STMT_KEY_POLICY, values, NULL) == 0)
-		return false;
-	d = sql_column_value(1, &isnull);
-	policy->has_identity = !isnull;
-	policy->identity = isnull ? (Datum) 0 : datumCopy(d, false, -1);
-	policy->new_job_after_failure = strcmp(sql_column_text(2), "new_job") == 0;
 	return true;
 }
 

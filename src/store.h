@@ -41,7 +41,6 @@ extern bool store_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
 							Datum operation, Datum params, Datum provider,
 							Datum max_attempts, bool max_attempts_null,
 							SubmitMatch *match);
-extern bool store_key_policy(Datum operation, KeyPolicy *policy);
 extern bool store_same_identity(int64 job_id, Datum params, Datum identity);
 extern bool store_replace_ended_job(int64 job_id);
 extern bool store_insert_next_job(Datum scope, Datum owner_id, Datum idempotency_key,

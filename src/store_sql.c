@@ -506,14 +506,6 @@ static const StatementDef statements[STMT_COUNT] = {
 		0, {0},
 		SPI_OK_SELECT, true
 	},
-	/* An operation's key policy: its identity keys and after_failure. */
-	[STMT_KEY_POLICY] = {
-		"key policy",
-		"SELECT p.identity, p.after_failure FROM jobguard.policies p"
-		" WHERE p.operation OPERATOR(pg_catalog.=) $1",
-		1, {TEXTOID},
-		SPI_OK_SELECT, false
-	},
 	/*
 	 * Whether job $1's params and the request's $2 agree on the identity
 	 * keys $3: each key absent from both, or present in both with equal

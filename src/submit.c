@@ -18,6 +18,7 @@
 
 #include "args.h"
 #include "errcodes.h"
+#include "policies.h"
 #include "stats.h"
 #include "store.h"
 
@@ -112,7 +113,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 							provider, max_attempts, max_attempts_null, &match))
 		{
 			KeyPolicy	policy;
-			bool		has_policy = store_key_policy(operation, &policy);
+			bool		has_policy = policy_of(TextDatumGetCString(operation), &policy);
 
 			/* with identity keys, other differences in params do not count */
 			if (!match.same_params && has_policy && policy.has_identity &&

@@ -51,7 +51,7 @@ BEGIN
 			   (owner_id, idempotency_key, operation, params, provider, max_attempts)
 		VALUES (submit.owner_id, submit.idempotency_key, submit.operation,
 				submit.params, submit.provider, submit.max_attempts)
-		ON CONFLICT (scope, owner_id, idempotency_key) DO NOTHING
+		ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING
 		RETURNING t.id INTO job_id;
 		IF FOUND THEN
 			created := true;
@@ -59,7 +59,7 @@ BEGIN
 		END IF;
 
 		SELECT * INTO j FROM bench_plpgsql.jobs t
-		 WHERE t.scope = 'default'
+		 WHERE t.scope = 'default' AND t.replaced_at IS NULL
 		   AND t.owner_id = submit.owner_id
 		   AND t.idempotency_key = submit.idempotency_key;
 		IF FOUND THEN
