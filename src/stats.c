@@ -25,7 +25,8 @@
  * Persistence, as pg_stat_statements does it: at a clean shutdown the
  * postmaster writes every database's counters and gauges to
  * pg_stat/jobguard.stat; the next start reads the file and removes it.
- * After a crash there is no file: the event counters start from zero and
+ * After a crash or an immediate shutdown there is no file: the event
+ * counters start from zero and
  * the gauges of each database are recounted by one scan at the first
  * stats() there (as after DROP and CREATE EXTENSION, or at the first
  * stats() ever).  jobguard.stats_reset() zeroes the event counters and
@@ -39,7 +40,9 @@
 #include <unistd.h>
 
 #include "access/xact.h"
+#include "catalog/pg_control.h"
 #include "commands/extension.h"
+#include "common/controldata_utils.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
@@ -139,10 +142,28 @@ stats_shmem_request(void)
 }
 
 /*
+ * shut_down_cleanly: whether the control file says the server was shut
+ * down with a shutdown checkpoint.  An immediate shutdown (pg_ctl stop -m
+ * immediate) also exits the postmaster normally, but is followed by crash
+ * recovery, which may not replay every commit the gauges saw (with
+ * synchronous_commit off): it counts as a crash.
+ */
+static bool
+shut_down_cleanly(void)
+{
+	bool		crc_ok;
+	ControlFileData *control = get_controlfile(DataDir, &crc_ok);
+
+	return crc_ok && (control->state == DB_SHUTDOWNED ||
+					  control->state == DB_SHUTDOWNED_IN_RECOVERY);
+}
+
+/*
  * stats_shmem_shutdown: at a clean postmaster shutdown, write every
  * database's counters to STATS_DUMP_FILE, through a temporary file and a
  * rename so that a half-written file is never read.  Nothing is written
- * after a crash (code != 0): the gauges are recounted instead.
+ * after a crash (code != 0) or an immediate shutdown: the event counters
+ * then start from zero and the gauges are recounted.
  */
 static void
 stats_shmem_shutdown(int code, Datum arg)
@@ -151,7 +172,7 @@ stats_shmem_shutdown(int code, Datum arg)
 	uint32		header = STATS_FILE_HEADER;
 	int32		n;
 
-	if (code != 0 || shared_counters == NULL)
+	if (code != 0 || shared_counters == NULL || !shut_down_cleanly())
 		return;
 	file = AllocateFile(STATS_DUMP_FILE ".tmp", PG_BINARY_W);
 	if (file == NULL)

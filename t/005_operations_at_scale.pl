@@ -220,11 +220,28 @@ is(stats_text(q{metric LIKE 'submits.%' OR metric LIKE 'finishes.%'}), $events,
 is(stats_text($gauges), $kept, 'gauges survive a clean restart');
 ok(!-e $node->data_dir . '/pg_stat/jobguard.stat', 'the saved file is removed once read');
 
-# After a crash: event counters start from zero, gauges are recounted.
-$node->stop('immediate');
-$node->start;
+# A crash (a backend killed): the postmaster resets shared memory without
+# saving; event counters start from zero, the gauges are recounted.
+$node->safe_psql('postgres', q{SELECT jobguard.submit('n', 'before-crash', 'op', '{}', 'p')});
+$kept = stats_text($gauges);
+my $victim = $node->background_psql('postgres');
+my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
+kill 'KILL', $victim_pid;
+eval { $victim->quit };
+ok($node->poll_query_until('postgres', q{SELECT count(*) > 0 FROM jobguard.stats()}),
+	'the server is back after the crash');
 is(stats_text(q{metric = 'submits.created'}), 'submits.created=0', 'after a crash the event counters start from zero');
 is(stats_text($gauges), $kept, 'after a crash the first stats() recounts the gauges');
+$node->safe_psql('postgres', q{SELECT jobguard.submit('n', 'after-crash', 'op', '{}', 'p')});
+$kept = stats_text($gauges);
+
+# After an immediate shutdown (crash recovery follows): event counters
+# start from zero, gauges are recounted.
+$node->stop('immediate');
+ok(!-e $node->data_dir . '/pg_stat/jobguard.stat', 'an immediate shutdown saves nothing');
+$node->start;
+is(stats_text(q{metric = 'submits.created'}), 'submits.created=0', 'after an immediate shutdown the event counters start from zero');
+is(stats_text($gauges), $kept, 'after an immediate shutdown the first stats() recounts the gauges');
 
 $node->stop('fast');
 my $log = slurp_file($node->logfile);
