@@ -22,6 +22,7 @@ $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'jobguard'
 jobguard.database = 'postgres'
 jobguard.sweep_interval = '200ms'
+restart_after_crash = on
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION jobguard');
