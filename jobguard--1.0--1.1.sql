@@ -883,3 +883,16 @@ SELECT jobguard.apply_grant(g.role, CASE WHEN g.client THEN 'client' ELSE 'reade
 							CASE WHEN g.client THEN 'default' END, true, 'update')
   FROM jobguard.update_1_0_grants g;
 DROP TABLE jobguard.update_1_0_grants;
+
+---------------------------------------------------------------------------
+-- Operations at scale (issue 17): purge in batches, with progress.
+-- (Kept identical at the end of jobguard--1.1.sql and jobguard--1.0--1.1.sql.)
+---------------------------------------------------------------------------
+
+CREATE PROCEDURE jobguard.purge_batches(older_than interval, batch_size integer DEFAULT 10000)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'jobguard_purge_batches';
+
+COMMENT ON PROCEDURE jobguard.purge_batches(interval, integer) IS 'purge() committing after every batch, with a NOTICE and pg_stat_activity progress per batch; CALL it outside a transaction block';
+
+REVOKE ALL ON PROCEDURE jobguard.purge_batches(interval, integer) FROM PUBLIC;

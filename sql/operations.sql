@@ -102,3 +102,16 @@ SELECT t.call, pg_temp.sqlstate_of(t.call) AS refused
 -- shared_preload_libraries (t/003_preloaded.pl tests them) and are NULL here
 SELECT * FROM jobguard.stats();
 SELECT jobguard.stats_reset();
+
+-- purge_batches: the same purge, committed batch by batch with a NOTICE
+-- each; it must be CALLed outside a transaction block
+SELECT count(*) AS finished FROM generate_series(1, 5) g,
+	LATERAL jobguard.submit('pb', g::text, 'charge', '{}', 'stripe') s,
+	LATERAL jobguard.finish_attempt(jobguard.begin_attempt(s.job_id), '{"id": 1}');
+CALL jobguard.purge_batches('0 seconds', 2);
+SELECT count(*) AS left_of_pb FROM jobguard.jobs WHERE owner_id = 'pb';
+BEGIN;
+CALL jobguard.purge_batches('0 seconds', 2);
+ROLLBACK;
+CALL jobguard.purge_batches('-1 day', 2);
+CALL jobguard.purge_batches('1 day', 0);

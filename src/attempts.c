@@ -21,6 +21,7 @@
 #include "errcodes.h"
 #include "notify.h"
 #include "states.h"
+#include "stats.h"
 #include "store.h"
 
 PG_FUNCTION_INFO_V1(jobguard_begin_attempt);
@@ -152,7 +153,9 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 			report_retries_exhausted("begin an attempt of job", job_id);
 		attempt_id = store_begin_attempt(job_id, scope, provider_arg, provider_null, timeout,
 										 attempt_key, attempt_key_null, (Datum) 0, true, 0);
-		if (attempt_id == 0)
+		if (attempt_id != 0)
+			stats_attempts_begun(1);	/* the gate let it in: the job was pending */
+		else
 			attempt_id = refused_begin(job_id, scope, userid,
 									   provider_null ? NULL : TextDatumGetCString(provider_arg),
 									   attempt_key_null ? NULL : TextDatumGetCString(attempt_key));
@@ -208,6 +211,27 @@ backoff_delay(int64 job_id, int32 attempt_no)
 }
 
 /*
+ * job_gauge_before: the state gauge a job counts in before this call
+ * changes it; GAUGE_NONE when counters are not kept (no read then).
+ */
+static int
+job_gauge_before(int64 job_id)
+{
+	return stats_gauges_kept() ? store_stored_job_gauge(job_id) : GAUGE_NONE;
+}
+
+/*
+ * count_job_moved: after this call changed a job (or its attempts), move
+ * it from the gauge it counted in before to the one it counts in now.
+ */
+static void
+count_job_moved(int64 job_id, int before)
+{
+	if (before != GAUGE_NONE)
+		stats_gauge_move(before, store_stored_job_gauge(job_id), 1);
+}
+
+/*
  * jobguard.fail_attempt(attempt_id, error, retry_in) -> 'failed'
  *
  * The provider reported an error: the attempt is closed and the gate opens.
@@ -226,6 +250,7 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	Interval	zero_interval = {0};
 	Oid			userid = GetUserId();
 	AttemptRow	attempt;
+	int			job_before;
 
 	require_payload_size(error, "error");
 	if (retry_in != NULL &&
@@ -241,10 +266,13 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	store_connect(&caller);
 	lock_attempt(attempt_id, userid, &attempt);
 	require_transition(ACTION_FAIL, &attempt);
+	job_before = job_gauge_before(attempt.job_id);
 	store_close_attempt(attempt_id, attempt.stored_state, ATTEMPT_FAILED,
 						TextDatumGetCString(error), 0, (Datum) 0);
 	store_set_not_before(attempt.job_id,
 						 retry_in != NULL ? retry_in : backoff_delay(attempt.job_id, attempt.attempt_no));
+	stats_gauge_move(GAUGE_ATTEMPT(attempt.stored_state), GAUGE_ATTEMPT(ATTEMPT_FAILED), 1);
+	count_job_moved(attempt.job_id, job_before);
 	notify_if_job_failed(attempt.job_id);
 	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("failed"));
@@ -268,7 +296,13 @@ jobguard_mark_unknown(PG_FUNCTION_ARGS)
 	lock_attempt(attempt_id, userid, &attempt);
 	require_transition(ACTION_MARK_UNKNOWN, &attempt);
 	if (attempt.stored_state != ATTEMPT_UNKNOWN)
+	{
+		int			job_before = job_gauge_before(attempt.job_id);
+
 		store_mark_unknown(attempt_id);
+		stats_gauge_move(GAUGE_ATTEMPT(attempt.stored_state), GAUGE_ATTEMPT(ATTEMPT_UNKNOWN), 1);
+		count_job_moved(attempt.job_id, job_before);
+	}
 	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("unknown"));
 }
@@ -288,11 +322,15 @@ jobguard_cancel_attempt(PG_FUNCTION_ARGS)
 	Datum		reason = text_arg(fcinfo, 1, "reason", UNLIMITED_CHARS);
 	Oid			userid = GetUserId();
 	AttemptRow	attempt;
+	int			job_before;
 
 	store_connect(&caller);
 	lock_attempt(attempt_id, userid, &attempt);
 	require_transition(ACTION_CANCEL, &attempt);
+	job_before = job_gauge_before(attempt.job_id);
 	store_cancel_attempt(attempt_id, reason);
+	stats_gauge_move(GAUGE_ATTEMPT(attempt.stored_state), GAUGE_ATTEMPT(ATTEMPT_CANCELLED), 1);
+	count_job_moved(attempt.job_id, job_before);
 	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("cancelled"));
 }
@@ -326,7 +364,10 @@ jobguard_cancel_job(PG_FUNCTION_ARGS)
 				 errdetail("Attempt %lld holds its result.", (long long) job.completed_by)));
 	if (!job.cancelled)
 	{
+		int			job_before = job_gauge_before(job_id);
+
 		store_cancel_job(job_id, reason);
+		count_job_moved(job_id, job_before);
 		notify_job(job_id, "cancelled");
 	}
 	store_finish(&caller);

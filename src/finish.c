@@ -78,6 +78,7 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 	char	   *violation = NULL;
 	int64		winner = 0;
 	bool		has_winner;
+	int			job_before = GAUGE_NONE;
 
 	/* a replay answers as before, if it carries the same result */
 	if (attempt->state == ATTEMPT_SUCCEEDED)
@@ -99,22 +100,41 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 											 DatumGetJsonbP(result));
 	if (violation != NULL)
 	{
+		int			job_before = stats_gauges_kept()
+			? store_stored_job_gauge(attempt->job_id) : GAUGE_NONE;
+
 		if (!store_close_attempt(attempt->id, attempt->stored_state, ATTEMPT_FAILED,
 								 psprintf("result breaks the output contract of operation \"%s\": %s",
 										  job->operation, violation),
 								 0, (Datum) 0))
 			return NULL;
 		stats_count(STAT_CONTRACT_REJECTIONS);
+		stats_gauge_move(GAUGE_ATTEMPT(attempt->stored_state), GAUGE_ATTEMPT(ATTEMPT_FAILED), 1);
+		if (job_before != GAUGE_NONE)
+			stats_gauge_move(job_before, store_stored_job_gauge(attempt->job_id), 1);
 		notify_if_job_failed(attempt->job_id);
 		return "rejected";
 	}
 
+	/*
+	 * An open attempt is its job's last, so a win moves the job from
+	 * running or unknown; a late result of a closed attempt needs a look.
+	 */
+	if (attempt->stored_state == ATTEMPT_STARTED)
+		job_before = GAUGE_JOBS_RUNNING;
+	else if (attempt->stored_state == ATTEMPT_UNKNOWN)
+		job_before = GAUGE_JOBS_UNKNOWN;
+	else if (stats_gauges_kept())
+		job_before = store_stored_job_gauge(attempt->job_id);
 	switch (store_claim_and_swap(attempt, result))
 	{
 		case CLAIM_CHANGED:
 			return NULL;
 		case CLAIM_WON:
 			stats_count(STAT_CAS_WINS);
+			stats_gauge_move(GAUGE_ATTEMPT(attempt->stored_state), GAUGE_ATTEMPT(ATTEMPT_SUCCEEDED), 1);
+			if (job_before != GAUGE_NONE)
+				stats_gauge_move(job_before, GAUGE_JOBS_SUCCEEDED, 1);
 			notify_job(attempt->job_id, "succeeded");
 			return "won";
 		case CLAIM_LOST:
@@ -127,6 +147,8 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 		elog(ERROR, "jobguard: attempt %lld changed under its own lock", (long long) attempt->id);
 	report_lost(attempt, has_winner, winner);
 	stats_count(STAT_CAS_LOSSES);
+	/* the job stays as it was: succeeded by another attempt, or cancelled */
+	stats_gauge_move(GAUGE_ATTEMPT(attempt->stored_state), GAUGE_ATTEMPT(ATTEMPT_LOST), 1);
 	return "lost";
 }
 

@@ -15,6 +15,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "notifier.h"
 #include "args.h"
 #include "notify.h"
 #include "stats.h"
@@ -35,8 +36,8 @@ _PG_init(void)
 {
 	DefineCustomBoolVariable("jobguard.notify",
 							 "Sends NOTIFY jobguard_jobs, '<job_id>:<state>' when a job succeeds, fails or is cancelled.",
-							 "Every notification passes through the server's one notification queue; "
-							 "turn it off where nobody listens.",
+							 "Preloaded, a background worker sends them just after the commit; otherwise the "
+							 "finishing transaction sends them and queues behind other notifying commits.",
 							 &notify_enabled, true, PGC_USERSET, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("jobguard.fast_path",
 							 "Reads and writes the rows of submit, begin_attempt and finish_attempt directly instead of through SQL statements.",
@@ -49,6 +50,8 @@ _PG_init(void)
 							&max_payload_kb, 1024, 1, 1024 * 1024, PGC_SUSET, GUC_UNIT_KB,
 							NULL, NULL, NULL);
 	sweeper_init();
+	/* after sweeper_init, which defines the jobguard.database it reads */
+	notifier_init();
 	if (process_shared_preload_libraries_in_progress)
 		stats_init();
 }

@@ -9,23 +9,30 @@
 #include "postgres.h"
 
 #include "access/xact.h"
+#include "executor/spi.h"
+#include "nodes/parsenodes.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
+#include "utils/snapmgr.h"
 
 #include "args.h"
+#include "notifier.h"
 #include "stats.h"
 #include "store.h"
 
 /* How long await() sleeps between two looks, at first and at most. */
 #define AWAIT_FIRST_SLEEP_MS 2
 #define AWAIT_MAX_SLEEP_MS 100
+/* How long await() sleeps on the condition variable at most. */
+#define AWAIT_SHARED_MAX_SLEEP_MS 1000
 
 PG_FUNCTION_INFO_V1(jobguard_await);
 PG_FUNCTION_INFO_V1(jobguard_purge);
+PG_FUNCTION_INFO_V1(jobguard_purge_batches);
 PG_FUNCTION_INFO_V1(jobguard_stats);
 PG_FUNCTION_INFO_V1(jobguard_stats_reset);
 PG_FUNCTION_INFO_V1(jobguard_fast_path_status);
@@ -44,8 +51,11 @@ is_terminal_job_state(const char *state)
  *
  * Waits until the job succeeds, fails or is cancelled, or the timeout
  * passes, and returns the state at that moment.  It looks again with a
- * fresh snapshot after short sleeps (2 ms, doubling up to 100 ms) on the
- * process latch, so statement_timeout and cancel interrupt it at once.  A
+ * fresh snapshot each time it wakes.  Preloaded, it sleeps on its
+ * database's condition variable, which every commit ending a job
+ * broadcasts (notifier.c), so it wakes at once; otherwise it polls after
+ * short sleeps (2 ms, doubling up to 100 ms) on the process latch.  Either
+ * way statement_timeout and cancel interrupt it at once.  A
  * REPEATABLE READ or SERIALIZABLE snapshot could never see the outcome, so
  * those isolation levels are refused.
  */
@@ -59,6 +69,7 @@ jobguard_await(PG_FUNCTION_ARGS)
 	TimestampTz deadline;
 	long		sleep_ms = AWAIT_FIRST_SLEEP_MS;
 	char	   *state;
+	bool		shared;
 	char	   *scope;
 	Oid			userid = GetUserId();
 
@@ -80,6 +91,7 @@ jobguard_await(PG_FUNCTION_ARGS)
 				 errhint("Call it in READ COMMITTED, or outside a transaction block.")));
 
 	deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	shared = notifier_await_prepare();
 	for (;;)
 	{
 		long		remaining_ms;
@@ -93,13 +105,51 @@ jobguard_await(PG_FUNCTION_ARGS)
 		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 		if (is_terminal_job_state(state) || remaining_ms <= 0)
 			break;
+		if (shared)
+		{
+			/* a safety net of a second, should a wake-up ever be missed */
+			notifier_await_sleep(Min(AWAIT_SHARED_MAX_SLEEP_MS, remaining_ms));
+			continue;
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		sleep_ms = Min(sleep_ms * 2, AWAIT_MAX_SLEEP_MS);
 	}
+	if (shared)
+		notifier_await_done();
 	PG_RETURN_DATUM(text_result(state));
+}
+
+/*
+ * purge_arguments: check purge's arguments (named after `function` in
+ * errors) and return the cut-off: the transaction's start minus
+ * older_than.
+ */
+static TimestampTz
+purge_arguments(FunctionCallInfo fcinfo, const char *function, int32 *batch_size)
+{
+	Interval   *older_than;
+	Interval	zero_interval = {0};
+
+	require_arg(fcinfo, 0, "older_than");
+	require_arg(fcinfo, 1, "batch_size");
+	older_than = PG_GETARG_INTERVAL_P(0);
+	*batch_size = PG_GETARG_INT32(1);
+	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
+										 IntervalPGetDatum(&zero_interval))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"older_than\" of jobguard.%s() must not be negative", function)));
+	if (*batch_size < 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"batch_size\" of jobguard.%s() must be at least 1", function),
+				 errdetail("It is %d.", *batch_size)));
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
+												   TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
+												   IntervalPGetDatum(older_than)));
 }
 
 /*
@@ -111,22 +161,21 @@ jobguard_await(PG_FUNCTION_ARGS)
  * operation's key policy retention instead (operations without one are
  * kept).  Jobs with an open attempt are never purged.  After purge an
  * owner's key is free again: jobguard remembers a key for as long as its
- * job exists.
+ * job exists.  It all happens in the caller's transaction; purge_batches
+ * commits page by page instead.
  */
 Datum
 jobguard_purge(PG_FUNCTION_ARGS)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
-	Interval   *older_than;
 	int32		batch_size;
-	Interval	zero_interval = {0};
 	TimestampTz cutoff;
 	int64		deleted;
 
-	require_arg(fcinfo, 1, "batch_size");
-	batch_size = PG_GETARG_INT32(1);
 	if (PG_ARGISNULL(0))
 	{
+		require_arg(fcinfo, 1, "batch_size");
+		batch_size = PG_GETARG_INT32(1);
 		if (batch_size < 1)
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -137,21 +186,7 @@ jobguard_purge(PG_FUNCTION_ARGS)
 		store_finish(&caller);
 		PG_RETURN_INT64(deleted);
 	}
-	older_than = PG_GETARG_INTERVAL_P(0);
-	if (DatumGetBool(DirectFunctionCall2(interval_lt, IntervalPGetDatum(older_than),
-										 IntervalPGetDatum(&zero_interval))))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"older_than\" of jobguard.purge() must not be negative")));
-	if (batch_size < 1)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"batch_size\" of jobguard.purge() must be at least 1"),
-				 errdetail("It is %d.", batch_size)));
-
-	cutoff = DatumGetTimestampTz(DirectFunctionCall2(timestamptz_mi_interval,
-													 TimestampTzGetDatum(GetCurrentTransactionStartTimestamp()),
-													 IntervalPGetDatum(older_than)));
+	cutoff = purge_arguments(fcinfo, "purge", &batch_size);
 	store_connect(&caller);
 	deleted = store_purge(cutoff, batch_size, NULL);
 	store_finish(&caller);
@@ -159,11 +194,91 @@ jobguard_purge(PG_FUNCTION_ARGS)
 }
 
 /*
+ * CALL jobguard.purge_batches(older_than, batch_size)
+ *
+ * What purge() does, but committing after every page of batch_size jobs,
+ * so that no transaction holds more than one page of deleted rows (and
+ * their locks) and a long purge can be stopped without losing the pages
+ * already done.  After each page it reports progress: a NOTICE, and the
+ * query text pg_stat_activity shows for this session.  The cut-off is
+ * fixed when the call starts.  Must be CALLed outside a transaction block
+ * (it commits); inside one, use purge().
+ */
+Datum
+jobguard_purge_batches(PG_FUNCTION_ARGS)
+{
+	CallContext *context = (CallContext *) fcinfo->context;
+	int32		batch_size;
+	TimestampTz cutoff = purge_arguments(fcinfo, "purge_batches", &batch_size);
+	int64		after = 0;
+	int64		total = 0;
+	bool		more = true;
+
+	if (context == NULL || !IsA(context, CallContext) || context->atomic)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_TERMINATION),
+				 errmsg("jobguard.purge_batches() must be called with CALL outside a transaction block"),
+				 errdetail("It commits after every batch."),
+				 errhint("Inside a transaction, use jobguard.purge().")));
+
+	if (SPI_connect_ext(SPI_OPT_NONATOMIC) != SPI_OK_CONNECT)
+		elog(ERROR, "jobguard: SPI_connect_ext failed");
+	for (int batch = 1; more; batch++)
+	{
+		SavedIdentity caller;	/* restored by store_finish() */
+		int64		deleted = 0;
+
+		/* each batch in its own transaction, with its own snapshot */
+		PushActiveSnapshot(GetTransactionSnapshot());
+		store_connect(&caller);
+		more = store_purge_page(cutoff, batch_size, NULL, &after, &deleted);
+		store_finish(&caller);
+		PopActiveSnapshot();
+		total += deleted;
+		SPI_commit();
+
+		ereport(NOTICE,
+				(errmsg("jobguard.purge_batches: batch %d: %lld jobs deleted, %lld in all",
+						batch, (long long) deleted, (long long) total)));
+		pgstat_report_activity(STATE_RUNNING,
+							   psprintf("CALL jobguard.purge_batches: batch %d committed, %lld jobs deleted so far, at job id %lld",
+										batch, (long long) total, (long long) after));
+		CHECK_FOR_INTERRUPTS();
+	}
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+/*
+ * recount_gauges: count jobs and attempts per stored state with one scan
+ * of each table and set this database's gauges from it, keeping what
+ * commits during the scan.
+ */
+static void
+recount_gauges(void)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		before[GAUGE_COUNT];
+	int64		counted[GAUGE_COUNT] = {0};
+
+	stats_gauges_begin_recount(before);
+	store_connect(&caller);
+	store_stored_state_counts(counted);
+	store_finish(&caller);
+	stats_gauges_end_recount(before, counted);
+}
+
+/*
  * jobguard.stats() -> (metric, value) rows
  *
- * Jobs and attempts by state (counted from the tables now), then the event
- * counters of this database since server start or stats_reset() — NULL
- * when jobguard is not in shared_preload_libraries.
+ * Jobs and attempts by state, then the event counters of this database.
+ * Preloaded, every row comes from shared memory (stats.c): the state
+ * gauges as transactions committed them, read without touching a table
+ * (after a crash, the first call recounts them with one scan), and the
+ * event counters since the first start or stats_reset(), kept across clean
+ * restarts.  Without preload, the states are counted from the tables now
+ * (effective states: a started attempt past its deadline is unknown) and
+ * the event counters are NULL.
  */
 Datum
 jobguard_stats(PG_FUNCTION_ARGS)
@@ -172,9 +287,26 @@ jobguard_stats(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 
 	InitMaterializedSRF(fcinfo, 0);
-	store_connect(&caller);
-	store_state_counts(rsinfo);
-	store_finish(&caller);
+	if (stats_gauges_kept())
+	{
+		if (!stats_gauges_valid())
+			recount_gauges();
+		for (int g = 0; g < GAUGE_COUNT; g++)
+		{
+			Datum		values[2];
+			bool		nulls[2] = {false, false};
+
+			values[0] = text_result(stats_gauge_name((Gauge) g));
+			values[1] = Int64GetDatum(stats_gauge_read((Gauge) g));
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+	else
+	{
+		store_connect(&caller);
+		store_state_counts(rsinfo);
+		store_finish(&caller);
+	}
 
 	for (int c = 0; c < STAT_COUNT; c++)
 	{
@@ -192,11 +324,16 @@ jobguard_stats(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* jobguard.stats_reset() -> void: zero this database's event counters. */
+/*
+ * jobguard.stats_reset() -> void: zero this database's event counters and,
+ * preloaded, recount its state gauges from the tables (one scan).
+ */
 Datum
 jobguard_stats_reset(PG_FUNCTION_ARGS)
 {
 	stats_reset();
+	if (stats_gauges_kept())
+		recount_gauges();
 	PG_RETURN_VOID();
 }
 

@@ -93,8 +93,12 @@ extern bool store_operation_contract(Datum operation, int64 *version,
 extern bool store_fresh_job_state(int64 job_id, char **state, char **scope);
 extern uint64 store_sweep_overdue(int batch_size);
 extern int64 store_purge(TimestampTz cutoff, int batch_size, const char *operation);
+extern bool store_purge_page(TimestampTz cutoff, int batch_size, const char *operation,
+							 int64 *after, int64 *deleted);
 extern int64 store_purge_by_retention(int batch_size);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
+extern void store_stored_state_counts(int64 *counts);
+extern int	store_stored_job_gauge(int64 job_id);
 extern void store_invariant_violations(Oid reader, ReturnSetInfo *rsinfo);
 
 /*

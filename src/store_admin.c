@@ -12,13 +12,16 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
 #include "scopes.h"
 #include "store.h"
+#include "stats.h"
 #include "store_sql.h"
 
 /*
@@ -225,21 +228,102 @@ store_fresh_job_state(int64 job_id, char **state, char **scope)
 	return true;
 }
 
-/* store_sweep_overdue: mark up to batch_size overdue attempts unknown. */
+/*
+ * store_sweep_overdue: mark up to batch_size overdue attempts unknown, and
+ * move the state gauges with them (their open jobs go from running to
+ * unknown).  Returns how many it marked.
+ */
 uint64
 store_sweep_overdue(int batch_size)
 {
 	Datum		values[1] = {Int32GetDatum(batch_size)};
+	bool		isnull;
+	int64		marked;
+	int64		open_jobs;
 
-	return sql_run(STMT_SWEEP_OVERDUE, values, NULL);
+	sql_run(STMT_SWEEP_OVERDUE, values, NULL);
+	marked = sql_column_int64(1, &isnull);
+	open_jobs = sql_column_int64(2, &isnull);
+	stats_gauge_move(GAUGE_ATTEMPT(ATTEMPT_STARTED), GAUGE_ATTEMPT(ATTEMPT_UNKNOWN), marked);
+	stats_gauge_move(GAUGE_JOBS_RUNNING, GAUGE_JOBS_UNKNOWN, open_jobs);
+	stats_add(STAT_SWEPT, marked);
+	return (uint64) marked;
+}
+
+/*
+ * count_purged: move the state gauges for one purged page: its deleted
+ * jobs by state (columns 2, 4, 5: all, succeeded, cancelled; failed is
+ * the rest) and their attempts (column 6: cancelled, succeeded, lost,
+ * failed).
+ */
+static void
+count_purged(int64 deleted)
+{
+	static const AttemptState attempt_states[4] = {ATTEMPT_CANCELLED, ATTEMPT_SUCCEEDED,
+	ATTEMPT_LOST, ATTEMPT_FAILED};
+	bool		isnull;
+	int64		succeeded = sql_column_int64(4, &isnull);
+	int64		cancelled = sql_column_int64(5, &isnull);
+	Datum		counts = sql_column_value(6, &isnull);
+
+	stats_gauge_move(GAUGE_JOBS_SUCCEEDED, GAUGE_NONE, succeeded);
+	stats_gauge_move(GAUGE_JOBS_CANCELLED, GAUGE_NONE, cancelled);
+	stats_gauge_move(GAUGE_JOBS_FAILED, GAUGE_NONE, deleted - succeeded - cancelled);
+	stats_add(STAT_PURGED, deleted);
+	if (!isnull)
+	{
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n;
+
+		deconstruct_array(DatumGetArrayTypeP(counts), INT8OID, 8, FLOAT8PASSBYVAL,
+						  TYPALIGN_DOUBLE, &elems, &nulls, &n);
+		for (int i = 0; i < n && i < 4; i++)
+			if (!nulls[i])
+				stats_gauge_move(GAUGE_ATTEMPT(attempt_states[i]), GAUGE_NONE,
+								 DatumGetInt64(elems[i]));
+	}
+}
+
+/*
+ * store_purge_page: one page of purge: look at the next batch_size jobs
+ * after id *after, in id order, and delete the ones terminal since before
+ * cutoff (of operation only, when it is not NULL), with their attempts.  Advances *after to the page's last id and
+ * adds what it deleted to *deleted.  Returns false when there is nothing
+ * more to look at: no job after this page, or the page holds a job created
+ * after the cut-off (ids grow with creation time, and a job created later
+ * cannot have ended earlier).
+ */
+bool
+store_purge_page(TimestampTz cutoff, int batch_size, const char *operation,
+				 int64 *after, int64 *deleted)
+{
+	Datum		values[4] = {TimestampTzGetDatum(cutoff), Int64GetDatum(*after),
+		Int32GetDatum(batch_size), operation ? CStringGetTextDatum(operation) : (Datum) 0};
+	char		nulls[4] = {' ', ' ', ' ', operation ? ' ' : 'n'};
+	bool		isnull;
+	int64		last;
+	int64		gone;
+
+	sql_run(STMT_PURGE_PAGE, values, nulls);
+	last = sql_column_int64(1, &isnull);
+	if (isnull)
+		return false;			/* no jobs after this page */
+	*after = last;
+	gone = sql_column_int64(2, &isnull);
+	if (gone > 0)
+	{
+		*deleted += gone;
+		count_purged(gone);
+	}
+	return DatumGetTimestampTz(sql_column_value(3, &isnull)) < cutoff;
 }
 
 /*
  * store_purge: delete jobs terminal since before cutoff, with their
- * attempts, a page of batch_size jobs at a time in id order.  Ids grow with
- * creation time, so the scan stops at the first page created after the
- * cut-off: a job created later cannot have ended earlier.  Only jobs of
- * operation, when it is not NULL.  Returns how many jobs were deleted.
+ * attempts, page after page of batch_size jobs (store_purge_page).  Only
+ * jobs of operation, when it is not NULL.  Returns how many jobs were
+ * deleted.
  */
 int64
 store_purge(TimestampTz cutoff, int batch_size, const char *operation)
@@ -247,25 +331,42 @@ store_purge(TimestampTz cutoff, int batch_size, const char *operation)
 	int64		after = 0;
 	int64		deleted = 0;
 
-	for (;;)
-	{
-		Datum		values[4] = {TimestampTzGetDatum(cutoff), Int64GetDatum(after),
-		Int32GetDatum(batch_size), operation ? CStringGetTextDatum(operation) : (Datum) 0};
-		char		nulls[4] = {' ', ' ', ' ', operation ? ' ' : 'n'};
-		bool		isnull;
-		TimestampTz newest;
-
-		sql_run(STMT_PURGE_PAGE, values, nulls);
-		after = sql_column_int64(1, &isnull);
-		if (isnull)
-			break;				/* no jobs after this page */
-		deleted += sql_column_int64(2, &isnull);
-		newest = DatumGetTimestampTz(sql_column_value(3, &isnull));
-		if (newest >= cutoff)
-			break;
+	while (store_purge_page(cutoff, batch_size, operation, &after, &deleted))
 		CHECK_FOR_INTERRUPTS();
-	}
 	return deleted;
+}
+
+/*
+ * store_stored_state_counts: count jobs and attempts per stored state, in
+ * Gauge order, with one scan of each table (a gauge recount).
+ */
+void
+store_stored_state_counts(int64 *counts)
+{
+	uint64		n = sql_run(STMT_STORED_STATE_COUNTS, NULL, NULL);
+
+	for (uint64 i = 0; i < n && i < GAUGE_COUNT; i++)
+	{
+		bool		isnull;
+
+		counts[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
+												2, &isnull));
+	}
+}
+
+/*
+ * store_stored_job_gauge: the gauge a job counts in right now (its state
+ * from the stored states, fresh snapshot), or GAUGE_NONE when it does not
+ * exist.
+ */
+int
+store_stored_job_gauge(int64 job_id)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+
+	if (sql_run(STMT_STORED_JOB_STATE, values, NULL) == 0)
+		return GAUGE_NONE;
+	return stats_job_gauge_of(sql_column_text(1));
 }
 
 /*

@@ -26,6 +26,26 @@
 #define MAX_STATEMENT_ARGS 8
 
 /*
+ * A job's state from the stored attempt states (a started attempt past its
+ * deadline still counts as running here): what the state gauges of
+ * stats.c count.  j is the job; the CASE follows jobguard.job_overview.
+ */
+#define STORED_JOB_STATE_SQL(last_state, last_no) \
+	"CASE WHEN j.completed_by IS NOT NULL THEN 'succeeded'" \
+	" WHEN j.cancelled_at IS NOT NULL THEN 'cancelled'" \
+	" WHEN " last_state " OPERATOR(pg_catalog.=) 'unknown' THEN 'unknown'" \
+	" WHEN " last_state " OPERATOR(pg_catalog.=) 'started' THEN 'running'" \
+	" WHEN j.max_attempts IS NOT NULL" \
+	"  AND COALESCE(" last_no ", 0) OPERATOR(pg_catalog.>=) j.max_attempts THEN 'failed'" \
+	" ELSE 'pending' END"
+
+/* The last attempt of job j, stored state and number (a LATERAL join). */
+#define LAST_ATTEMPT_SQL \
+	" LEFT JOIN LATERAL (SELECT a.attempt_no, a.state FROM jobguard.attempts a" \
+	"  WHERE a.job_id OPERATOR(pg_catalog.=) j.id" \
+	"  ORDER BY a.attempt_no DESC LIMIT 1) last ON true"
+
+/*
  * A job's derived state and its scope; read with the caller's snapshot or a
  * fresh one.
  */
@@ -511,15 +531,21 @@ static const StatementDef statements[STMT_COUNT] = {
 	 */
 	[STMT_SWEEP_OVERDUE] = {
 		"sweep overdue",
-		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		"WITH swept AS ("
+		" UPDATE jobguard.attempts AS a SET state = 'unknown'"
 		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY("
 		"  SELECT o.id FROM jobguard.attempts o"
 		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'"
 		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()"
 		"   ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED))"
-		" AND a.state OPERATOR(pg_catalog.=) 'started'",
+		" AND a.state OPERATOR(pg_catalog.=) 'started'"
+		" RETURNING a.job_id)"
+		/* how many, and how many of their jobs are open (running -> unknown) */
+		" SELECT pg_catalog.count(*),"
+		"  pg_catalog.count(*) FILTER (WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL)"
+		" FROM swept JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) swept.job_id",
 		1, {INT4OID},
-		SPI_OK_UPDATE, false
+		SPI_OK_SELECT, false
 	},
 	/*
 	 * One page of purge: the next $3 jobs after id $2 in id order, and the
@@ -536,11 +562,54 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  DELETE FROM jobguard.jobs AS j USING page"
 		"   WHERE j.id OPERATOR(pg_catalog.=) page.id AND " PURGEABLE_SQL
 		"   AND ($4 IS NULL OR j.operation OPERATOR(pg_catalog.=) $4)"
-		"  RETURNING j.id)"
+		"  RETURNING j.id, " STORED_JOB_STATE_SQL("'none'", "NULL::integer") " AS closed_as)"
 		" SELECT (SELECT pg_catalog.max(page.id) FROM page),"
 		"  (SELECT pg_catalog.count(*) FROM gone),"
-		"  (SELECT pg_catalog.max(page.created_at) FROM page)",
+		"  (SELECT pg_catalog.max(page.created_at) FROM page),"
+		/* what went, by state, for the gauges: jobs (failed is the rest) */
+		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'succeeded'),"
+		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'cancelled'),"
+		/* and their attempts, as {cancelled,succeeded,lost,failed} */
+		"  (SELECT pg_catalog.array_agg((SELECT pg_catalog.count(*) FROM jobguard.attempts a"
+		"     WHERE a.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT gone.id FROM gone))"
+		"     AND a.state OPERATOR(pg_catalog.=) s.state) ORDER BY s.n)"
+		"    FROM pg_catalog.unnest('{cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
+		"     WITH ORDINALITY AS s(state, n))",
 		4, {TIMESTAMPTZOID, INT8OID, INT4OID, TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * The same counts from the stored states, in one pass over each table:
+	 * what the gauges of stats.c are recounted from.
+	 */
+	[STMT_STORED_STATE_COUNTS] = {
+		"stored state counts",
+		"SELECT x.metric, COALESCE(c.n, 0) FROM ("
+		" SELECT 1 AS kind, s.n AS ord, 'jobs.' OPERATOR(pg_catalog.||) s.state AS metric, s.state"
+		" FROM pg_catalog.unnest('{pending,running,unknown,succeeded,failed,cancelled}'::pg_catalog.text[])"
+		"  WITH ORDINALITY AS s(state, n)"
+		" UNION ALL"
+		" SELECT 2, s.n, 'attempts.' OPERATOR(pg_catalog.||) s.state, s.state"
+		" FROM pg_catalog.unnest('{started,unknown,cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
+		"  WITH ORDINALITY AS s(state, n)) x"
+		" LEFT JOIN ("
+		"  SELECT 1 AS kind, " STORED_JOB_STATE_SQL("last.state", "last.attempt_no") " AS state,"
+		"   pg_catalog.count(*) AS n"
+		"  FROM jobguard.jobs j" LAST_ATTEMPT_SQL " GROUP BY 1, 2"
+		"  UNION ALL"
+		"  SELECT 2, a.state, pg_catalog.count(*) FROM jobguard.attempts a GROUP BY 1, 2) c"
+		" ON c.kind OPERATOR(pg_catalog.=) x.kind AND c.state OPERATOR(pg_catalog.=) x.state"
+		" ORDER BY x.kind, x.ord",
+		0, {0},
+		SPI_OK_SELECT, false
+	},
+	/* One job's state from the stored states, with a fresh snapshot. */
+	[STMT_STORED_JOB_STATE] = {
+		"stored job state",
+		"SELECT " STORED_JOB_STATE_SQL("last.state", "last.attempt_no")
+		" FROM jobguard.jobs j" LAST_ATTEMPT_SQL
+		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
 		SPI_OK_SELECT, false
 	},
 	/* How many jobs and attempts are in each state, zeros included. */

@@ -94,6 +94,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 							 provider, max_attempts, max_attempts_null, job_id))
 		{
 			stats_count(STAT_SUBMITS_CREATED);
+			stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
 			return SUBMIT_CREATED;
 		}
 		if (store_match_job(scope, owner_id, idempotency_key, operation, params,
@@ -133,6 +134,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 											  max_attempts_null, match->job_id, job_id))
 					{
 						stats_count(STAT_SUBMITS_CREATED);
+						stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
 						return SUBMIT_CREATED;
 					}
 					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
@@ -418,7 +420,10 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 			int64		job_id = job_ids[i];
 
 			if (inserted[i])
+			{
 				stats_count(STAT_SUBMITS_CREATED);
+				stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
+			}
 			else				/* a job has the key: what submit() would answer */
 				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
 									 columns[2].values[i], columns[3].values[i],

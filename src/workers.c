@@ -28,6 +28,7 @@
 
 #include "args.h"
 #include "states.h"
+#include "stats.h"
 #include "store.h"
 
 /* The most jobs one claim() may take. */
@@ -149,7 +150,10 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 														 req->waited ? GetCurrentTimestamp() : 0);
 
 			if (attempt_id != 0)
+			{
 				attempts[claimed++] = attempt_id;
+				stats_attempts_begun(1);
+			}
 			else
 				refused++;
 		}

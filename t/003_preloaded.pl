@@ -88,7 +88,8 @@ is($node->safe_psql('postgres',
 		   WHERE metric NOT LIKE 'jobs.%' AND metric NOT LIKE 'attempts.%'
 		      OR metric = 'attempts.refused_in_flight'}),
 	'attempts.refused_in_flight=1 finishes.lost=1 finishes.rejected=1 finishes.won=1'
-	  . ' submits.created=1 submits.key_conflicts=1 submits.replayed=2',
+	  . ' purge.jobs_deleted=0 submits.created=1 submits.key_conflicts=1 submits.replayed=2'
+	  . ' sweeper.marked_unknown=0',
 	'every event counter moved as the calls were made');
 is($node->safe_psql('plain', 'SELECT 1'), '1', 'the database without jobguard is untouched');
 

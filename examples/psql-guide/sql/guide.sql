@@ -31,7 +31,14 @@ SELECT job_id AS dave FROM jobguard.submit('dave', 'order-3', 'charge', '{"amoun
 SELECT jobguard.begin_attempt(:dave, timeout => '1 hour') AS waiting \gset
 SELECT jobguard.mark_unknown(:waiting);
 SELECT pg_sleep(0.1);
+-- every query below runs as a reader of every scope, with payloads, and nothing else
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS jobguard_guide_reader;
+RESET client_min_messages;
+CREATE ROLE jobguard_guide_reader;
+SELECT jobguard.grant_reader('jobguard_guide_reader', payloads => true);
 \o
+SET ROLE jobguard_guide_reader;
 
 -- find a job by owner and key
 SELECT job_id, state, provider, params, attempts, completed_by, result
@@ -40,7 +47,7 @@ SELECT job_id, state, provider, params, attempts, completed_by, result
 
 -- its attempts, in order
 SELECT attempt_no, attempt_id, provider, state, error, lost_to, cancel_reason
-  FROM jobguard.attempts_of((SELECT id FROM jobguard.jobs
+  FROM jobguard.attempts_of((SELECT job_id FROM jobguard.job_overview
                               WHERE owner_id = 'alice' AND idempotency_key = 'checkout-42'));
 
 -- every lost race of the last hour, with what the loser did
@@ -48,18 +55,17 @@ SELECT l.job_id, j.owner_id, j.idempotency_key,
        l.attempt_id AS loser, l.provider AS loser_provider, l.lost_result,
        l.lost_to AS winner, w.provider AS winner_provider
   FROM jobguard.attempt_overview l
-  JOIN jobguard.jobs j ON j.id = l.job_id
-  LEFT JOIN jobguard.attempts w ON w.id = l.lost_to
+  JOIN jobguard.job_overview j ON j.job_id = l.job_id
+  LEFT JOIN jobguard.attempt_overview w ON w.attempt_id = l.lost_to
  WHERE l.state = 'lost'
    AND l.finished_at > now() - interval '1 hour'
  ORDER BY l.finished_at;
 
 -- stuck: attempts that are unknown (marked, or started past their deadline)
 SELECT o.attempt_id, o.job_id, j.owner_id, o.provider, o.state,
-       a.state AS stored_state, o.deadline < now() AS past_deadline
+       o.deadline < now() AS past_deadline
   FROM jobguard.attempt_overview o
-  JOIN jobguard.attempts a ON a.id = o.attempt_id
-  JOIN jobguard.jobs j ON j.id = o.job_id
+  JOIN jobguard.job_overview j ON j.job_id = o.job_id
  WHERE o.state = 'unknown'
  ORDER BY o.attempt_id;
 
@@ -68,3 +74,8 @@ SELECT job_id, owner_id, state, attempts
   FROM jobguard.job_overview
  WHERE state = 'unknown'
  ORDER BY job_id;
+
+-- (clean up the reader role: roles outlive the test database)
+RESET ROLE;
+DROP OWNED BY jobguard_guide_reader;
+DROP ROLE jobguard_guide_reader;

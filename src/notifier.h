@@ -1,0 +1,23 @@
+/*-------------------------------------------------------------------------
+ *
+ * notifier.h
+ *	  Notifications sent by a background worker from a ring in shared
+ *	  memory, and the wake-up of jobguard.await() (notifier.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef JOBGUARD_NOTIFIER_H
+#define JOBGUARD_NOTIFIER_H
+
+#include "postgres.h"
+
+/* The channel jobguard notifies when a job succeeds, fails or is cancelled. */
+#define NOTIFIER_CHANNEL "jobguard_jobs"
+
+extern void notifier_init(void);
+extern bool notifier_record(int64 job_id, char state, bool notify);
+extern bool notifier_await_prepare(void);
+extern void notifier_await_sleep(long timeout_ms);
+extern void notifier_await_done(void);
+
+#endif							/* JOBGUARD_NOTIFIER_H */
