@@ -96,6 +96,7 @@ extern int64 store_purge(TimestampTz cutoff, int batch_size, const char *operati
 extern bool store_purge_page(TimestampTz cutoff, int batch_size, const char *operation,
 							 int64 *after, int64 *deleted);
 extern int64 store_purge_by_retention(int batch_size);
+extern int	store_retentions(MemoryContext into, char ***operations, TimestampTz **cutoffs);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
 extern void store_stored_state_counts(int64 *counts);
 extern int	store_stored_job_gauge(int64 job_id);

@@ -370,27 +370,42 @@ store_stored_job_gauge(int64 job_id)
 }
 
 /*
+ * store_retentions: the operations whose key policy has a retention, and
+ * the cut-off of each now (now() - retention), allocated in memory context
+ * into so that they may outlive the transaction.  Returns how many.
+ */
+int
+store_retentions(MemoryContext into, char ***operations, TimestampTz **cutoffs)
+{
+	uint64		n = sql_run(STMT_RETENTIONS, NULL, NULL);
+
+	*operations = MemoryContextAlloc(into, sizeof(char *) * (n + 1));
+	*cutoffs = MemoryContextAlloc(into, sizeof(TimestampTz) * (n + 1));
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		(*operations)[i] = MemoryContextStrdup(into, SPI_getvalue(SPI_tuptable->vals[i],
+																  SPI_tuptable->tupdesc, 1));
+		(*cutoffs)[i] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
+														  SPI_tuptable->tupdesc, 2, &isnull));
+	}
+	return (int) n;
+}
+
+/*
  * store_purge_by_retention: purge each operation's terminal jobs older
  * than its key policy's retention.  Returns how many jobs were deleted.
  */
 int64
 store_purge_by_retention(int batch_size)
 {
-	uint64		n = sql_run(STMT_RETENTIONS, NULL, NULL);
-	char	  **operations = palloc(sizeof(char *) * (n + 1));
-	TimestampTz *cutoffs = palloc(sizeof(TimestampTz) * (n + 1));
+	char	  **operations;
+	TimestampTz *cutoffs;
+	int			n = store_retentions(CurrentMemoryContext, &operations, &cutoffs);
 	int64		deleted = 0;
 
-	/* read the list first: each purge below replaces SPI_tuptable */
-	for (uint64 i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		operations[i] = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
-		cutoffs[i] = DatumGetTimestampTz(SPI_getbinval(SPI_tuptable->vals[i],
-													   SPI_tuptable->tupdesc, 2, &isnull));
-	}
-	for (uint64 i = 0; i < n; i++)
+	for (int i = 0; i < n; i++)
 		deleted += store_purge(cutoffs[i], batch_size, operations[i]);
 	return deleted;
 }

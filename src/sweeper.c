@@ -46,6 +46,11 @@ static int	sweep_interval_ms = 1000;
 /* GUC jobguard.sweep_batch_size: attempts written per transaction. */
 static int	sweep_batch_size = 500;
 
+/* GUC jobguard.purge_interval: milliseconds between purges by retention (0: off). */
+static int	purge_interval_ms = 0;
+/* GUC jobguard.purge_batch_size: jobs looked at per purge transaction. */
+static int	purge_batch_size = 1000;
+
 /* Seconds before the postmaster restarts a sweeper that exited on error. */
 #define SWEEPER_RESTART_SECONDS 5
 
@@ -70,6 +75,16 @@ sweeper_init(void)
 	DefineCustomIntVariable("jobguard.sweep_batch_size",
 							"Overdue attempts the sweeper marks unknown per transaction.",
 							NULL, &sweep_batch_size, 500, 1, 100000,
+							PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("jobguard.purge_interval",
+							"Time between two purges by the operations' key policy retention (0: never).",
+							"The sweeper then removes, batch by batch, the ended jobs of each operation "
+							"older than its retention (see jobguard.set_key_policy).",
+							&purge_interval_ms, 0, 0, INT_MAX,
+							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
+	DefineCustomIntVariable("jobguard.purge_batch_size",
+							"Jobs the sweeper's purge looks at per transaction.",
+							NULL, &purge_batch_size, 1000, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
 	/* the worker list is fixed at server start, so only then is it defined */
 	if (process_shared_preload_libraries_in_progress)
@@ -110,39 +125,57 @@ sweeper_init(void)
 }
 
 /*
+ * begin_work: start a transaction for one batch of the sweeper's work;
+ * false (and the transaction already ended) when there is nothing to do
+ * now: jobguard not installed here, or the server takes no writes.  A
+ * read-only transaction is not an error but "not now": during recovery
+ * (should the worker ever run then), and while a failover manager holds a
+ * node with default_transaction_read_only = on, as pg_auto_failover does
+ * for a few seconds when it promotes or demotes one.  Writing anyway would
+ * log an ERROR every interval.
+ */
+static bool
+begin_work(const char *activity)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+	if (!XactReadOnly && OidIsValid(get_extension_oid("jobguard", true)))
+		return true;
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return false;
+}
+
+/* end_work: commit the batch begun by begin_work. */
+static void
+end_work(void)
+{
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_activity(STATE_IDLE, NULL);
+	pgstat_report_stat(false);
+}
+
+/*
  * sweep_batch: in one transaction, mark up to sweep_batch_size overdue
- * attempts unknown.  Returns how many it marked, or 0 when jobguard is not
- * installed in this database or the server takes no writes now.
+ * attempts unknown.  Returns how many it marked, or 0 when there is
+ * nothing to do now (see begin_work).
  */
 static uint64
 sweep_batch(void)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
-	uint64		marked = 0;
+	uint64		marked;
 
-	SetCurrentStatementStartTimestamp();
-	StartTransactionCommand();
-	PushActiveSnapshot(GetTransactionSnapshot());
-	pgstat_report_activity(STATE_RUNNING, "jobguard: marking overdue attempts unknown");
-
-	/*
-	 * A read-only transaction is not an error here but "not now": during
-	 * recovery (should the worker ever run then), and while a failover
-	 * manager holds a node with default_transaction_read_only = on, as
-	 * pg_auto_failover does for a few seconds when it promotes or demotes
-	 * one.  Writing anyway would log an ERROR every interval.
-	 */
-	if (!XactReadOnly && OidIsValid(get_extension_oid("jobguard", true)))
-	{
-		store_connect(&caller);
-		marked = store_sweep_overdue(sweep_batch_size);
-		store_finish(&caller);
-	}
-
-	PopActiveSnapshot();
-	CommitTransactionCommand();
-	pgstat_report_activity(STATE_IDLE, NULL);
-	pgstat_report_stat(false);
+	if (!begin_work("jobguard: marking overdue attempts unknown"))
+		return 0;
+	store_connect(&caller);
+	marked = store_sweep_overdue(sweep_batch_size);
+	store_finish(&caller);
+	end_work();
 	return marked;
 }
 
@@ -173,6 +206,66 @@ sweep(void)
 }
 
 /*
+ * purge_by_retention: remove each operation's ended jobs older than its
+ * key policy's retention, one page of purge_batch_size jobs per
+ * transaction, so that no transaction holds a whole purge.  Errors are
+ * logged and the next round tries again, as in sweep().
+ */
+static void
+purge_by_retention(void)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	MemoryContext round = AllocSetContextCreate(cxt, "jobguard purge round",
+												ALLOCSET_SMALL_SIZES);
+
+	PG_TRY();
+	{
+		SavedIdentity caller;	/* restored by store_finish() */
+		char	  **operations;
+		TimestampTz *cutoffs;
+		int			n = 0;
+
+		if (begin_work("jobguard: reading the key policies' retention"))
+		{
+			store_connect(&caller);
+			n = store_retentions(round, &operations, &cutoffs);
+			store_finish(&caller);
+			end_work();
+		}
+		for (int i = 0; i < n; i++)
+		{
+			int64		after = 0;
+			int64		deleted = 0;
+			bool		more = true;
+
+			while (more && begin_work("jobguard: purging by retention"))
+			{
+				store_connect(&caller);
+				more = store_purge_page(cutoffs[i], purge_batch_size, operations[i],
+										&after, &deleted);
+				store_finish(&caller);
+				end_work();
+				CHECK_FOR_INTERRUPTS();
+			}
+			if (deleted > 0)
+				ereport(LOG,
+						(errmsg("jobguard purged %lld jobs of operation \"%s\" older than its retention",
+								(long long) deleted, operations[i])));
+		}
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+	MemoryContextDelete(round);
+}
+
+/*
  * jobguard_sweeper_main: the worker's entry point.  Connects to its
  * database (bgw_extra), then sweeps every sweep_interval until SIGTERM.
  */
@@ -180,6 +273,7 @@ void
 jobguard_sweeper_main(Datum main_arg)
 {
 	char		dbname[BGW_EXTRALEN];
+	TimestampTz last_purge = 0;	/* never: the first round purges */
 
 	strlcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -201,6 +295,12 @@ jobguard_sweeper_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		sweep();
+		if (purge_interval_ms > 0 &&
+			TimestampDifferenceExceeds(last_purge, GetCurrentTimestamp(), purge_interval_ms))
+		{
+			purge_by_retention();
+			last_purge = GetCurrentTimestamp();
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sweep_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
