@@ -80,6 +80,8 @@ typedef struct NotifierSlot
 	uint64		dropped;		/* entries dropped on overflow, ever */
 	int			in_flight;		/* entries taken by a notifier, not yet sent */
 	ConditionVariable finished; /* broadcast when a job of this db ends */
+	ConditionVariable runnable; /* broadcast when work may have become
+								 * runnable here (claim(wait)) */
 	RingEntry	ring[NOTIFIER_RING_SIZE];
 } NotifierSlot;
 
@@ -105,6 +107,10 @@ static NotifierSlot *my_slot = NULL;
 static PendingJob *pending = NULL;
 static int	npending = 0;
 static int	pending_capacity = 0;
+
+/* This transaction made work runnable: wake claim(wait) at commit. */
+static bool work_pending = false;
+static bool callbacks_registered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -146,6 +152,7 @@ notifier_shmem_startup(void)
 			slot->head = slot->tail = slot->dropped = 0;
 			slot->in_flight = 0;
 			ConditionVariableInit(&slot->finished);
+			ConditionVariableInit(&slot->runnable);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -230,11 +237,15 @@ notifier_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 			if (npending > 0)
 				publish_pending();
+			if (work_pending && my_slot != NULL)
+				ConditionVariableBroadcast(&my_slot->runnable);
 			npending = 0;
+			work_pending = false;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 			npending = 0;
+			work_pending = false;
 			break;
 		default:
 			break;
@@ -319,7 +330,6 @@ notifier_init(void)
 bool
 notifier_record(int64 job_id, char state, bool notify)
 {
-	static bool callbacks_registered = false;
 	NotifierSlot *slot = database_slot();
 	bool		running;
 
@@ -379,6 +389,54 @@ void
 notifier_await_sleep(long timeout_ms)
 {
 	(void) ConditionVariableTimedSleep(&my_slot->finished, timeout_ms, PG_WAIT_EXTENSION);
+}
+
+/*
+ * notifier_work_ready: this transaction made work runnable (a new job, an
+ * attempt failed or cancelled): wake the claims waiting in this database
+ * when it commits.  A no-op without shared memory (claims poll then).  A
+ * rolled-back subtransaction may leave a wake-up behind: a waiting claim
+ * then looks once more and finds nothing, which is harmless.
+ */
+void
+notifier_work_ready(void)
+{
+	if (database_slot() == NULL)
+		return;
+	if (!callbacks_registered)
+	{
+		RegisterXactCallback(notifier_xact_callback, NULL);
+		RegisterSubXactCallback(notifier_subxact_callback, NULL);
+		callbacks_registered = true;
+	}
+	work_pending = true;
+}
+
+/*
+ * notifier_claim_prepare: get ready to sleep until work may have become
+ * runnable in this database; false without shared memory (the caller
+ * polls).  Call before looking for work, so that work committed in
+ * between still wakes the sleep.
+ */
+bool
+notifier_claim_prepare(void)
+{
+	NotifierSlot *slot = database_slot();
+
+	if (slot == NULL)
+		return false;
+	ConditionVariablePrepareToSleep(&slot->runnable);
+	return true;
+}
+
+/*
+ * notifier_claim_sleep: sleep until work may have become runnable here, or
+ * timeout_ms passes (after notifier_claim_prepare).
+ */
+void
+notifier_claim_sleep(long timeout_ms)
+{
+	(void) ConditionVariableTimedSleep(&my_slot->runnable, timeout_ms, PG_WAIT_EXTENSION);
 }
 
 /* notifier_await_done: stop waiting (after notifier_await_prepare). */

@@ -19,5 +19,8 @@ extern bool notifier_record(int64 job_id, char state, bool notify);
 extern bool notifier_await_prepare(void);
 extern void notifier_await_sleep(long timeout_ms);
 extern void notifier_await_done(void);
+extern void notifier_work_ready(void);
+extern bool notifier_claim_prepare(void);
+extern void notifier_claim_sleep(long timeout_ms);
 
 #endif							/* JOBGUARD_NOTIFIER_H */

@@ -28,6 +28,7 @@
 
 #include "args.h"
 #include "states.h"
+#include "notifier.h"
 #include "stats.h"
 #include "store.h"
 
@@ -43,6 +44,8 @@
 /* How long a waiting claim() sleeps between two looks, at first and at most. */
 #define CLAIM_FIRST_SLEEP_MS 1
 #define CLAIM_MAX_SLEEP_MS 50
+/* How often a claim woken by shared memory still looks for a backoff's end. */
+#define CLAIM_BACKOFF_LOOK_MS 250
 
 PG_FUNCTION_INFO_V1(jobguard_claim);
 PG_FUNCTION_INFO_V1(jobguard_heartbeat);
@@ -84,23 +87,31 @@ interval_ms(const Interval *span)
 
 /*
  * wait_for_runnable: sleep until a job may have become runnable, or until
- * `until`; returns false once `until` has passed.  For now this polls:
- * short sleeps on the process latch (1 ms, doubling up to 50 ms), so that
- * a cancel or statement_timeout interrupts at once.  It is the one place
- * to wake up from instead when something signals new work.
+ * `until`; returns false once `until` has passed.  With jobguard preloaded
+ * (shared), commits that make work runnable — a submit, a failed or
+ * cancelled attempt — wake the sleep at once through shared memory
+ * (notifier.c); a backoff running out signals nothing, so the sleep also
+ * ends every CLAIM_BACKOFF_LOOK_MS to look again.  Without preload it
+ * polls: short sleeps on the process latch (1 ms, doubling up to 50 ms).
+ * Either way a cancel or statement_timeout interrupts at once.
  */
 static bool
-wait_for_runnable(TimestampTz until, long *sleep_ms)
+wait_for_runnable(TimestampTz until, long *sleep_ms, bool shared)
 {
 	long		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
 
 	if (remaining_ms <= 0)
 		return false;
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 Min(*sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
-	ResetLatch(MyLatch);
+	if (shared)
+		notifier_claim_sleep(Min(CLAIM_BACKOFF_LOOK_MS, remaining_ms));
+	else
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(*sleep_ms, remaining_ms), PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+		*sleep_ms = Min(*sleep_ms * 2, CLAIM_MAX_SLEEP_MS);
+	}
 	CHECK_FOR_INTERRUPTS();
-	*sleep_ms = Min(*sleep_ms * 2, CLAIM_MAX_SLEEP_MS);
 	return true;
 }
 
@@ -181,6 +192,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	SavedIdentity caller;		/* restored by store_finish() */
 	ClaimRequest req = {0};
+	bool		shared;
 	Interval   *wait;
 	TimestampTz until;
 	long		sleep_ms = CLAIM_FIRST_SLEEP_MS;
@@ -215,6 +227,8 @@ jobguard_claim(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	attempts = palloc(sizeof(int64) * req.max_jobs);
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), interval_ms(wait));
+	/* prepared before the first look: work committed meanwhile still wakes */
+	shared = interval_ms(wait) > 0 && notifier_claim_prepare();
 	for (;;)
 	{
 		int			claimed;
@@ -224,10 +238,12 @@ jobguard_claim(PG_FUNCTION_ARGS)
 		if (claimed > 0)
 			store_put_claimed(attempts, claimed, rsinfo);
 		store_finish(&caller);
-		if (claimed > 0 || !wait_for_runnable(until, &sleep_ms))
+		if (claimed > 0 || !wait_for_runnable(until, &sleep_ms, shared))
 			break;
 		req.waited = true;
 	}
+	if (shared)
+		notifier_await_done();
 	return (Datum) 0;
 }
 
