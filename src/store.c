@@ -549,6 +549,23 @@ store_claim_candidates(const char *scope, Datum operations, bool operations_null
 	return (int) n;
 }
 
+/* One row claim() returns, with the job it is for. */
+typedef struct ClaimedRow
+{
+	int64		job_id;
+	HeapTuple	tuple;
+} ClaimedRow;
+
+/* claimed_row_order: qsort order of claimed rows, oldest job first. */
+static int
+claimed_row_order(const void *a, const void *b)
+{
+	int64		ja = ((const ClaimedRow *) a)->job_id;
+	int64		jb = ((const ClaimedRow *) b)->job_id;
+
+	return ja < jb ? -1 : ja > jb;
+}
+
 /*
  * store_put_claimed: the rows claim() returns for the attempts begun
  * (ids, count of them), oldest job first, into the materialized result.
@@ -556,15 +573,22 @@ store_claim_candidates(const char *scope, Datum operations, bool operations_null
 void
 store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo)
 {
-	Datum	   *elems = palloc(sizeof(Datum) * Max(count, 1));
-	Datum		values[1];
-	uint64		n;
+	ClaimedRow *rows = palloc(sizeof(ClaimedRow) * count);
+	int			n = 0;
 
 	for (int i = 0; i < count; i++)
-		elems[i] = Int64GetDatum(ids[i]);
-	values[0] = PointerGetDatum(construct_array(elems, count, INT8OID, sizeof(int64),
-												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	n = sql_run(STMT_CLAIMED, values, NULL);
-	for (uint64 i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+	{
+		Datum		values[1] = {Int64GetDatum(ids[i])};
+		bool		isnull;
+
+		if (sql_run(STMT_CLAIMED, values, NULL) == 0)
+			continue;
+		rows[n].job_id = sql_column_int64(2, &isnull);
+		rows[n].tuple = SPI_tuptable->vals[0];
+		n++;
+	}
+	qsort(rows, n, sizeof(ClaimedRow), claimed_row_order);
+	for (int i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, rows[i].tuple);
+	pfree(rows);
 }

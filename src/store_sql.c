@@ -19,6 +19,9 @@
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/plancache.h"
+#include "utils/resowner.h"
 
 #include "states.h"
 #include "store_sql.h"
@@ -78,7 +81,7 @@ typedef struct StatementDef
 	Oid			argtypes[MAX_STATEMENT_ARGS];
 	int			expected_rc;
 	bool		read_only;		/* run with the caller's snapshot */
-	bool		replan;			/* plan at every run, with the tables' sizes then */
+	bool		whole_tables;	/* reads whole tables: no index-only planning */
 } StatementDef;
 
 /*
@@ -394,10 +397,10 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * claim() begins each with the rules of begin_attempt, which check all
 	 * of this again under the partial unique index on open attempts.
 	 *
-	 * Planned at every run: a plan kept from when the attempts table was
-	 * empty (say, ANALYZEd right after a TRUNCATE) would read it whole for
-	 * every job it passes over once it has grown; the planner sees the
-	 * table's current size each time.
+	 * Planned once, as index lookups, like the others (see sql_run): a
+	 * plan made while the attempts table held a page or two would
+	 * otherwise read it whole for every job it passes over once it has
+	 * grown; and planning it at every run costs more than running it.
 	 */
 	[STMT_CLAIM_CANDIDATES] = {
 		"claim candidates",
@@ -424,18 +427,23 @@ static const StatementDef statements[STMT_COUNT] = {
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED",
 		5, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID},
-		SPI_OK_SELECT, false, true
+		SPI_OK_SELECT, false
 	},
-	/* What claim() returns for the attempts it began, oldest job first. */
+	/*
+	 * What claim() returns for one attempt it began.  One attempt per run,
+	 * by its primary key: a generic plan of "a.id = ANY ($1)" made while
+	 * the tables were small (say, right after a TRUNCATE) joins them by
+	 * hashing, reading both whole at every claim until autovacuum's next
+	 * ANALYZE; a lookup by one key plans the same at any size.
+	 */
 	[STMT_CLAIMED] = {
 		"claimed",
 		"SELECT a.id, a.job_id, a.attempt_no, j.operation::pg_catalog.text,"
 		" a.provider::pg_catalog.text, j.params, a.deadline"
 		" FROM jobguard.attempts a"
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
-		" WHERE a.id OPERATOR(pg_catalog.=) ANY ($1)"
-		" ORDER BY a.job_id",
-		1, {INT8ARRAYOID},
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
 		SPI_OK_SELECT, false
 	},
 	[STMT_JOB_STATE] = {
@@ -601,7 +609,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" ON c.kind OPERATOR(pg_catalog.=) x.kind AND c.state OPERATOR(pg_catalog.=) x.state"
 		" ORDER BY x.kind, x.ord",
 		0, {0},
-		SPI_OK_SELECT, false
+		SPI_OK_SELECT, false, true
 	},
 	/* One job's state from the stored states, with a fresh snapshot. */
 	[STMT_STORED_JOB_STATE] = {
@@ -629,7 +637,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  WITH ORDINALITY AS s(state, n)) x"
 		" ORDER BY x.kind, x.n",
 		0, {0},
-		SPI_OK_SELECT, true
+		SPI_OK_SELECT, true, true
 	},
 	/*
 	 * Whether job $1's params and the request's $2 agree on the identity
@@ -699,7 +707,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"SELECT v.invariant, v.job_id, v.attempt_id, v.detail, v.scope"
 		" FROM jobguard.invariant_violations() v",
 		0, {0},
-		SPI_OK_SELECT, true
+		SPI_OK_SELECT, true, true
 	},
 };
 
@@ -724,11 +732,10 @@ prepared_plan(StatementId id)
 		 * plan does not depend on the values, and a custom plan could pick
 		 * a partial index by a parameter's value (say, the index of started
 		 * attempts for state = 'started') that turns a lookup by id into a
-		 * scan.  It also spares re-planning on the first executions.  (A
-		 * statement marked replan is planned at every run instead.)
+		 * scan.  It also spares re-planning on the first executions.
 		 */
 		plan = SPI_prepare_cursor(def->sql, def->nargs, (Oid *) def->argtypes,
-								  def->replan ? CURSOR_OPT_CUSTOM_PLAN : CURSOR_OPT_GENERIC_PLAN);
+								  CURSOR_OPT_GENERIC_PLAN);
 		if (plan == NULL)
 			elog(ERROR, "jobguard: could not prepare statement \"%s\": %s",
 				 def->name, SPI_result_code_string(SPI_result));
@@ -737,6 +744,67 @@ prepared_plan(StatementId id)
 		prepared_plans[id] = plan;
 	}
 	return prepared_plans[id];
+}
+
+/*
+ * The generation (CachedPlanSource.generation) of the plan that
+ * plan_for_index_lookups() made of each statement, 0 before it made one.
+ */
+static int	planned_generation[STMT_COUNT];
+
+/*
+ * plan_for_index_lookups: make sure the plan cache holds a plan of the
+ * statement made as index lookups joined by nested loops and without JIT,
+ * planning it now if it needs (re)planning; sql_run() then runs that plan.
+ *
+ * Why: the plan cache plans a statement once, and again after an ANALYZE
+ * of its tables, for the tables' sizes then.  Made while a table held a
+ * page or two (a new installation, right after a TRUNCATE), a plan reads
+ * it whole or merge-joins through a whole index, and keeps doing so as the
+ * table grows until autovacuum's next ANALYZE; every statement that reads
+ * rows by key is better served by index lookups at any size.  And JIT
+ * never pays for a few rows, though an estimate can pass jit_above_cost (a
+ * partial index expected to be read whole, cut short by LIMIT): compiling
+ * then costs ~7 ms at every run, twenty times the statement.
+ *
+ * Only the planning sees these settings, not the statement's run (a user's
+ * trigger firing in it plans as the user's settings say); and a plan still
+ * valid is not looked at again, so a run costs what it did.  Fetching the
+ * plan takes the statement's locks, so invalidations arrive now rather than
+ * in the run.  Should one arrive there anyway (between the look and the
+ * run), the run re-plans with the session's settings: the next call sees a
+ * plan it did not make and prepares the statement afresh.
+ */
+static void
+plan_for_index_lookups(StatementId id)
+{
+	static const char *const off[] = {"enable_seqscan", "enable_hashjoin",
+	"enable_mergejoin", "jit"};
+	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(prepared_plan(id)));
+	CachedPlan *cplan;
+	int			guc_level;
+
+	if (source->gplan != NULL && source->gplan->is_valid)
+	{
+		if (source->is_valid && source->generation == planned_generation[id])
+			return;				/* ours, and still good */
+		if (source->generation != planned_generation[id])
+		{
+			/* made in a run, with the session's settings: start afresh */
+			SPI_freeplan(prepared_plans[id]);
+			prepared_plans[id] = NULL;
+			source = linitial(SPI_plan_get_plan_sources(prepared_plan(id)));
+		}
+	}
+	guc_level = NewGUCNestLevel();
+	for (int i = 0; i < lengthof(off); i++)
+		(void) set_config_option(off[i], "off", PGC_USERSET, PGC_S_SESSION,
+								 GUC_ACTION_LOCAL, true, 0, false);
+	cplan = SPI_plan_get_cached_plan(prepared_plans[id]);
+	if (cplan != NULL)
+		ReleaseCachedPlan(cplan, CurrentResourceOwner);
+	AtEOXact_GUC(true, guc_level);
+	planned_generation[id] = source->generation;
 }
 
 /*
@@ -750,6 +818,8 @@ sql_run(StatementId id, Datum *values, const char *nulls)
 	const StatementDef *def = &statements[id];
 	int			rc;
 
+	if (!def->whole_tables)
+		plan_for_index_lookups(id);
 	rc = SPI_execute_plan(prepared_plan(id), values, nulls, def->read_only, 0);
 	if (rc != def->expected_rc)
 		elog(ERROR, "jobguard: statement \"%s\" returned %s",
