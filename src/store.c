@@ -523,18 +523,19 @@ store_set_not_before(int64 job_id, const Interval *delay)
 
 /*
  * store_claim_candidates: lock up to max_jobs runnable jobs of the scope
- * (NULL: any), oldest first, skipping those locked by anyone else (see
+ * (NULL: any) with ids from from_id on, oldest first, skipping those
+ * locked by anyone else (see
  * STMT_CLAIM_CANDIDATES); their ids go to ids[], the count is returned.
  * operations NULL: any operation; provider NULL: each job's own.
  */
 int
 store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 					   TimestampTz now, Datum provider, bool provider_null,
-					   int max_jobs, int64 *ids)
+					   int max_jobs, int64 from_id, int64 *ids)
 {
-	Datum		values[5] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
-	Int32GetDatum(max_jobs)};
-	char		nulls[5] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' '};
+	Datum		values[6] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
+	Int32GetDatum(max_jobs), Int64GetDatum(from_id)};
+	char		nulls[6] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' '};
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
@@ -547,6 +548,19 @@ store_claim_candidates(const char *scope, Datum operations, bool operations_null
 											 1, &isnull));
 	}
 	return (int) n;
+}
+
+/*
+ * store_claim_floor: the id from which claims need to search for runnable
+ * jobs (see STMT_CLAIM_FLOOR), from the current snapshot.
+ */
+int64
+store_claim_floor(void)
+{
+	bool		isnull;
+
+	sql_run(STMT_CLAIM_FLOOR, NULL, NULL);
+	return sql_column_int64(1, &isnull);
 }
 
 /* One row claim() returns, with the job it is for. */

@@ -73,7 +73,8 @@ extern bool store_retry_policy(int64 job_id, Interval *backoff, Interval *max, b
 extern void store_set_not_before(int64 job_id, const Interval *delay);
 extern int	store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 								   TimestampTz now, Datum provider, bool provider_null,
-								   int max_jobs, int64 *ids);
+								   int max_jobs, int64 from_id, int64 *ids);
+extern int64 store_claim_floor(void);
 extern void store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo);
 
 /* store_admin.c: reads, operations and certifications, upkeep */

@@ -391,7 +391,9 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * waiting for them.  Runnable: not succeeded or cancelled (the partial
 	 * index jobs_claim_order holds just those), no open attempt, attempts
 	 * left, not_before passed ($3), of scope $1 (NULL: any) and of an
-	 * operation in $2 (NULL: any).  A provider $4 runs the jobs that are
+	 * operation in $2 (NULL: any), from id $6 on (the claim floor: no job
+	 * with a lower id is claimable; see notifier_claim_floor()).  A
+	 * provider $4 runs the jobs that are
 	 * its own, and — where it is certified for the operation — the jobs
 	 * whose latest attempt was cancelled or failed (a failover).  Then
 	 * claim() begins each with the rules of begin_attempt, which check all
@@ -423,10 +425,11 @@ static const StatementDef statements[STMT_COUNT] = {
 		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
 		"     AND c.provider OPERATOR(pg_catalog.=) $4"
 		"     AND c.revoked_at IS NULL)))"
+		" AND j.id OPERATOR(pg_catalog.>=) $6"
 		" ORDER BY j.id"
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED",
-		5, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID},
+		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID},
 		SPI_OK_SELECT, false
 	},
 	/*
@@ -444,6 +447,31 @@ static const StatementDef statements[STMT_COUNT] = {
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1",
 		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * The claim floor (see notifier_claim_floor()): the oldest job not
+	 * succeeded or cancelled that has no open attempt and attempts left
+	 * (claimable but for the operations, provider and backoff a claim may
+	 * name, which change without a commit or are the claim's own).  With
+	 * none, the newest job's id: every job made runnable later lowers the
+	 * floor when it commits.
+	 */
+	[STMT_CLAIM_FLOOR] = {
+		"claim floor",
+		"SELECT COALESCE((SELECT j.id FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" ORDER BY j.id LIMIT 1),"
+		" (SELECT pg_catalog.max(n.id) FROM jobguard.jobs n), 0)",
+		0, {0},
 		SPI_OK_SELECT, false
 	},
 	[STMT_JOB_STATE] = {

@@ -36,6 +36,7 @@
 #include "utils/snapmgr.h"
 #include "utils/varlena.h"
 
+#include "notifier.h"
 #include "store.h"
 #include "sweeper.h"
 
@@ -206,6 +207,56 @@ sweep(void)
 }
 
 /*
+ * refresh_claim_floor: compute the claim floor of this database from the
+ * table and publish it (see notifier_claim_floor()).  The commits counted
+ * before the snapshot tell whether one may have made work runnable that
+ * the snapshot does not see.  Errors are logged, as in sweep().
+ *
+ * The computation reads the jobs in flight, those that used every attempt
+ * and the dead entries older than the first claimable job; with very many
+ * of those it takes long, so it runs again only after ten times its last
+ * duration has passed (at most a tenth of the worker's time), whatever
+ * the interval.
+ */
+static void
+refresh_claim_floor(void)
+{
+	static TimestampTz last_start = 0;
+	static long last_ms = 0;
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (!TimestampDifferenceExceeds(last_start, GetCurrentTimestamp(), (int) Min(last_ms * 10, INT_MAX)))
+		return;
+	last_start = GetCurrentTimestamp();
+	PG_TRY();
+	{
+		uint64		lowerings = notifier_floor_lowerings();
+
+		if (begin_work("jobguard: computing the claim floor"))
+		{
+			SavedIdentity caller;	/* restored by store_finish() */
+			int64		floor;
+
+			store_connect(&caller);
+			floor = store_claim_floor();
+			store_finish(&caller);
+			end_work();
+			notifier_publish_claim_floor(floor, lowerings);
+		}
+		last_ms = TimestampDifferenceMilliseconds(last_start, GetCurrentTimestamp());
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(cxt);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+	}
+	PG_END_TRY();
+}
+
+/*
  * purge_by_retention: remove each operation's ended jobs older than its
  * key policy's retention, one page of purge_batch_size jobs per
  * transaction, so that no transaction holds a whole purge.  Errors are
@@ -295,6 +346,7 @@ jobguard_sweeper_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		sweep();
+		refresh_claim_floor();
 		if (purge_interval_ms > 0 &&
 			TimestampDifferenceExceeds(last_purge, GetCurrentTimestamp(), purge_interval_ms))
 		{

@@ -149,7 +149,8 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 												   req->operations_null,
 												   GetCurrentTimestamp(), req->provider,
 												   req->provider_null,
-												   req->max_jobs - claimed, candidates);
+												   req->max_jobs - claimed,
+												   notifier_claim_floor(), candidates);
 		int			refused = 0;
 
 		for (int i = 0; i < found; i++)
