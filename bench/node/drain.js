@@ -23,7 +23,10 @@
 // table.
 //
 //   node drain.js [--jobs 10000] [--rounds 3] [--batch-seconds 3]
-//                 [--only jobguard,graphile,pgboss,floor]
+//                 [--only jobguard,graphile,pgboss,floor] [--chart-data FILE]
+//
+// --chart-data writes the medians as a table for gnuplot (bench/run draws
+// bench/results/worker.png from it).
 
 const { Client } = require('pg');
 const { run: graphileRun } = require('graphile-worker');
@@ -35,6 +38,7 @@ const JOBS = Number(args.jobs || 10000);
 const ROUNDS = Number(args.rounds || 3);
 const BATCH_SECONDS = Number(args['batch-seconds'] || 3);
 const ONLY = (args.only || 'jobguard,graphile,pgboss,floor').split(',');
+const CHART_DATA = args['chart-data'];
 const WORKERS = 8;
 const CONN = process.env.DATABASE_URL ||
   `postgres://${process.env.PGUSER || 'postgres'}@${process.env.PGHOST ? encodeURIComponent(process.env.PGHOST) : 'localhost'}:${process.env.PGPORT || 5432}/${process.env.PGDATABASE || 'postgres'}`;
@@ -215,6 +219,21 @@ async function batchRate(db, name) {
   console.log('|---|---|---|---|---|---|---|---|');
   console.log(`| drain, jobs/s (median (rounds)) | ${fmt(drain.jobguard)} | ${fmt(drain.graphile)} | ${fmt(drain.pgboss)} | — | ${ratios(drain.jobguard, fasterPeer)} | ${ratios(drain.jobguard, drain.graphile)} | — |`);
   console.log(`| batch submit of 1,000, rows/s | ${fmt(batch.jobguard)} | ${fmt(batch.graphile)} | — | ${fmt(batch.floor)} | — | ${ratios(batch.jobguard, batch.graphile)} | ${ratios(batch.jobguard, batch.floor)} |`);
+  // the targets of the worker side, judged on the ratios above
+  const judge = (what, ratio, need) => `- ${what}: ${ratio} (≥ ${need}) — ${Number(ratio) >= need ? 'PASS' : 'FAIL'}`;
+  console.log('\nTargets:\n');
+  console.log(judge('drain, jobguard ÷ the faster peer', ratios(drain.jobguard, fasterPeer), 2));
+  console.log(judge('batch submit, jobguard ÷ graphile-worker', ratios(batch.jobguard, batch.graphile), 1.5));
+  console.log(judge('batch submit, jobguard ÷ the floor', ratios(batch.jobguard, batch.floor), 0.8));
+  if (CHART_DATA) {
+    // one row per measure, one column per system (NaN: not measured there)
+    const m = (xs) => (xs.length ? Math.round(median(xs)) : 'NaN');
+    require('fs').writeFileSync(CHART_DATA, [
+      'measure jobguard graphile-worker pg-boss floor',
+      `"drain of ${JOBS} jobs (jobs/s)" ${m(drain.jobguard)} ${m(drain.graphile)} ${m(drain.pgboss)} NaN`,
+      `"batch submit of 1,000 (rows/s)" ${m(batch.jobguard)} ${m(batch.graphile)} NaN ${m(batch.floor)}`,
+    ].join('\n') + '\n');
+  }
   await db.query('DROP TABLE public.bench_floor_batch');
   await db.end();
 })().catch((err) => { console.error(err); process.exit(1); });
