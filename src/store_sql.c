@@ -825,7 +825,7 @@ plan_for_index_lookups(StatementId id)
 		}
 	}
 	guc_level = NewGUCNestLevel();
-	for (int i = 0; i < lengthof(off); i++)
+	for (int i = 0; i < (int) lengthof(off); i++)
 		(void) set_config_option(off[i], "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
 	cplan = SPI_plan_get_cached_plan(prepared_plans[id]);
