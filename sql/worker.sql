@@ -346,11 +346,22 @@ CREATE EXTENSION IF NOT EXISTS dblink;
 RESET client_min_messages;
 SELECT dblink_connect('waiter', format('dbname=%s port=%s host=%s', current_database(),
 	current_setting('port'), split_part(current_setting('unix_socket_directories'), ',', 1)));
+-- (a timeout of 30 s, and the submit only once the claim is seen waiting:
+-- the test must hold on a server 50 times slower, as under valgrind)
 SELECT dblink_send_query('waiter', $$
 	SELECT c.deadline > clock_timestamp() AS deadline_ahead,
-		   c.deadline - now() > interval '1 second' AS later_than_the_transaction
-	  FROM jobguard.claim('late-worker', ARRAY['late_op'], timeout => '1 second',
-						  wait => '30 seconds') c$$);
+		   c.deadline - now() > interval '31 seconds' AS later_than_the_transaction
+	  FROM jobguard.claim('late-worker', ARRAY['late_op'], timeout => '30 seconds',
+						  wait => '120 seconds') c$$);
+DO $$
+BEGIN
+	FOR i IN 1..1200 LOOP
+		EXIT WHEN EXISTS (SELECT 1 FROM pg_stat_activity
+						   WHERE query LIKE '%claim(''late-worker''%' AND state = 'active'
+						   AND wait_event_type = 'Extension' AND pid <> pg_backend_pid());
+		PERFORM pg_sleep(0.05);
+	END LOOP;
+END $$;
 SELECT pg_sleep(1.5);
 SELECT created FROM jobguard.submit('olga', 'late-1', 'late_op', '{}', 'p');
 SELECT * FROM dblink_get_result('waiter') AS t(deadline_ahead boolean, later_than_the_transaction boolean);

@@ -11,9 +11,12 @@ use Time::HiRes qw(time sleep);
 
 my $node = PostgreSQL::Test::Cluster->new('wakeup');
 $node->init;
+# The sweeper runs once, at start: its work on jobs (the claim floor) would
+# count with the claim's looks below.
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'jobguard'
 jobguard.database = 'postgres'
+jobguard.sweep_interval = '1h'
 });
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION jobguard');
