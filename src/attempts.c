@@ -19,10 +19,10 @@
 
 #include "args.h"
 #include "errcodes.h"
-#include "notifier.h"
-#include "notify.h"
-#include "states.h"
-#include "stats.h"
+#include "notify_worker.h"
+#include "job_notify.h"
+#include "transitions.h"
+#include "metrics.h"
 #include "store.h"
 
 PG_FUNCTION_INFO_V1(jobguard_begin_attempt);

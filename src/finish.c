@@ -17,11 +17,11 @@
 
 #include "args.h"
 #include "contract.h"
-#include "notifier.h"
+#include "notify_worker.h"
 #include "errcodes.h"
-#include "notify.h"
-#include "states.h"
-#include "stats.h"
+#include "job_notify.h"
+#include "transitions.h"
+#include "metrics.h"
 #include "store.h"
 
 PG_FUNCTION_INFO_V1(jobguard_finish_attempt);

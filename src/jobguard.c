@@ -15,10 +15,10 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
-#include "notifier.h"
+#include "notify_worker.h"
 #include "args.h"
-#include "notify.h"
-#include "stats.h"
+#include "job_notify.h"
+#include "metrics.h"
 #include "store.h"
 #include "sweeper.h"
 

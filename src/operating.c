@@ -20,8 +20,8 @@
 #include "utils/snapmgr.h"
 
 #include "args.h"
-#include "notifier.h"
-#include "stats.h"
+#include "notify_worker.h"
+#include "metrics.h"
 #include "store.h"
 
 /* How long await() sleeps between two looks, at first and at most. */
@@ -53,7 +53,7 @@ is_terminal_job_state(const char *state)
  * passes, and returns the state at that moment.  It looks again with a
  * fresh snapshot each time it wakes.  Preloaded, it sleeps on its
  * database's condition variable, which every commit ending a job
- * broadcasts (notifier.c), so it wakes at once; otherwise it polls after
+ * broadcasts (notify_worker.c), so it wakes at once; otherwise it polls after
  * short sleeps (2 ms, doubling up to 100 ms) on the process latch.  Either
  * way statement_timeout and cancel interrupt it at once.  A
  * REPEATABLE READ or SERIALIZABLE snapshot could never see the outcome, so
@@ -272,7 +272,7 @@ recount_gauges(void)
  * jobguard.stats() -> (metric, value) rows
  *
  * Jobs and attempts by state, then the event counters of this database.
- * Preloaded, every row comes from shared memory (stats.c): the state
+ * Preloaded, every row comes from shared memory (metrics.c): the state
  * gauges as transactions committed them, read without touching a table
  * (after a crash, the first call recounts them with one scan), and the
  * event counters since the first start or stats_reset(), kept across clean

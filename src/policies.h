@@ -12,7 +12,7 @@
 
 #include "postgres.h"
 
-#include "rowtypes.h"
+#include "store_rows.h"
 
 extern bool policy_of(const char *operation, KeyPolicy *policy);
 

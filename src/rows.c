@@ -5,7 +5,7 @@
  *	  and the indexes directly instead of through SQL statements.
  *
  * submit, begin_attempt and finish_attempt each run one or two statements
- * in store.c.  Through SPI every statement pays for executor start-up, and
+ * in store_dispatch.c.  Through SPI every statement pays for executor start-up, and
  * every INSERT and UPDATE re-reads and re-plans the table's CHECK
  * constraints; that was most of what a call cost.  The functions here do
  * the same reads and writes with the same concurrency rules, without that:
@@ -31,7 +31,7 @@
  *    the lock is taken before the insert, and a job deleted meanwhile is
  *    refused as missing, JG008, rather than with the foreign key's 23503).
  *
- * Nothing here decides anything: store.c calls these functions in place of
+ * Nothing here decides anything: store_dispatch.c calls these functions in place of
  * its statements, after rows_usable() (src/rows_catalog.c) said the tables
  * hold nothing these functions would skip, and they return the same
  * answers.  What they know of the tables — OIDs, indexes, attribute
@@ -57,7 +57,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "rows.h"
+#include "fastpath.h"
 
 /*
  * insert_job: store_insert_job() without SQL: INSERT ... ON CONFLICT
@@ -536,7 +536,7 @@ claim_and_swap(const AttemptRow *attempt, Datum result)
 }
 
 /*
- * The entry points store.c calls after rows_usable() said yes: each runs
+ * The entry points store_dispatch.c calls after rows_usable() said yes: each runs
  * its function above with rows_depth raised, so that anything called from
  * within (user code in a default or a constraint) that comes back into
  * jobguard takes the SQL path.

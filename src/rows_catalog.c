@@ -17,7 +17,7 @@
  * the fast path would skip — a trigger or rule someone added, an unknown
  * or generated column, forced row security, a partition — or a read-only
  * transaction, parallel mode, a nested call, or jobguard.fast_path off
- * makes it say no, and store.c runs its SQL instead.
+ * makes it say no, and store_dispatch.c runs its SQL instead.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,7 +44,7 @@
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
-#include "rows.h"
+#include "fastpath.h"
 
 /* GUC jobguard.fast_path: let calls take the fast path (default on). */
 bool		rows_fast_path = true;
@@ -581,7 +581,7 @@ lock_tables(const RowsCatalog *cat, RowsCall call)
 #define CATALOG_TRIES 5
 
 /*
- * rows_usable: may store.c use the fast path (src/rows.c) for this call?
+ * rows_usable: may store_dispatch.c use the fast path (src/rows.c) for this call?
  * Yes when jobguard.fast_path is on, the transaction may write (a
  * read-only one gets the executor's error from the SQL instead), and the
  * tables, checked under the call's locks, have nothing rows.c would skip.

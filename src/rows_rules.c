@@ -5,7 +5,7 @@
  *	  and CHECK constraints planned as the executor plans them, kept in
  *	  the catalog when they call only PostgreSQL's own functions, planned
  *	  again for every statement when they call a user's (see TableRules in
- *	  rows.h).
+ *	  fastpath.h).
  *
  *-------------------------------------------------------------------------
  */
@@ -32,7 +32,7 @@
 #include "utils/rel.h"
 #include "utils/syscache.h"
 
-#include "rows.h"
+#include "fastpath.h"
 
 /*
  * compile_expression: plan an expression as the executor would and

@@ -31,7 +31,7 @@
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
-#include "rows.h"
+#include "fastpath.h"
 
 /*
  * begin_statement: what starting a statement does for its reads: make this

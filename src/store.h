@@ -4,10 +4,10 @@
  *	  The one interface between jobguard's entry points and its tables, and
  *	  the two interchangeable back ends behind it.
  *
- * The entry points call only store_* functions.  store.c (with
+ * The entry points call only store_* functions.  store_dispatch.c (with
  * store_sql.c and store_admin.c) implements every one of them with cached
  * SPI plans.  For the hot calls of submit, begin_attempt and finish_attempt
- * store.c first asks rows_usable() and, when it may, hands the call to the
+ * store_dispatch.c first asks rows_usable() and, when it may, hands the call to the
  * fast path instead: rows.c reads and writes the same rows through the
  * table access method, under the same rules and locks, and must give
  * exactly the same answers (every test suite runs with jobguard.fast_path
@@ -26,10 +26,10 @@
 #include "funcapi.h"
 #include "utils/timestamp.h"
 
-#include "rowtypes.h"
+#include "store_rows.h"
 #include "security.h"
 
-/* store.c: the connection a call works in, and the hot writes */
+/* store_dispatch.c: the connection a call works in, and the hot writes */
 extern void store_connect(SavedIdentity *caller);
 extern void store_finish(const SavedIdentity *caller);
 extern char *store_keep_string(const char *s);
@@ -105,7 +105,7 @@ extern void store_invariant_violations(Oid reader, ReturnSetInfo *rsinfo);
 
 /*
  * rows.c, rows_catalog.c: the fast path, the same hot reads and writes
- * without SQL.  Only store.c calls the rows_* operations, after
+ * without SQL.  Only store_dispatch.c calls the rows_* operations, after
  * rows_usable() said yes; each has the contract of its store_* namesake.
  */
 extern bool rows_fast_path;		/* GUC jobguard.fast_path */

@@ -21,7 +21,7 @@
 
 #include "scopes.h"
 #include "store.h"
-#include "stats.h"
+#include "metrics.h"
 #include "store_sql.h"
 
 /*

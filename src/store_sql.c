@@ -9,7 +9,7 @@
  * caller's search_path cannot redirect anything.  The compare-and-swap that
  * decides which attempt wins a job is STMT_CLAIM_AND_SWAP below.
  *
- * store.c and store_admin.c run these statements for the store_* functions
+ * store_dispatch.c and store_admin.c run these statements for the store_* functions
  * of store.h.
  *
  *-------------------------------------------------------------------------
@@ -23,7 +23,7 @@
 #include "utils/plancache.h"
 #include "utils/resowner.h"
 
-#include "states.h"
+#include "transitions.h"
 #include "store_sql.h"
 
 #define MAX_STATEMENT_ARGS 8
@@ -31,7 +31,7 @@
 /*
  * A job's state from the stored attempt states (a started attempt past its
  * deadline still counts as running here): what the state gauges of
- * stats.c count.  j is the job; the CASE follows jobguard.job_overview.
+ * metrics.c count.  j is the job; the CASE follows jobguard.job_overview.
  */
 #define STORED_JOB_STATE_SQL(last_state, last_no) \
 	"CASE WHEN j.completed_by IS NOT NULL THEN 'succeeded'" \
@@ -616,7 +616,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 	/*
 	 * The same counts from the stored states, in one pass over each table:
-	 * what the gauges of stats.c are recounted from.
+	 * what the gauges of metrics.c are recounted from.
 	 */
 	[STMT_STORED_STATE_COUNTS] = {
 		"stored state counts",

@@ -1,7 +1,7 @@
 /*-------------------------------------------------------------------------
  *
  * store_sql.h
- *	  What the files of the SQL back end share (private to store.c,
+ *	  What the files of the SQL back end share (private to store_dispatch.c,
  *	  store_admin.c and store_sql.c): the statements by number, and how to
  *	  run one and read its result.
  *
@@ -12,7 +12,7 @@
 
 #include "postgres.h"
 
-#include "rowtypes.h"
+#include "store_rows.h"
 
 /* The statements; the numbers index statements[] and prepared_plans[]. */
 typedef enum StatementId

@@ -24,9 +24,9 @@
 
 #include "args.h"
 #include "errcodes.h"
-#include "notifier.h"
+#include "notify_worker.h"
 #include "policies.h"
-#include "stats.h"
+#include "metrics.h"
 #include "store.h"
 
 /*

@@ -36,7 +36,7 @@
 #include "utils/snapmgr.h"
 #include "utils/varlena.h"
 
-#include "notifier.h"
+#include "notify_worker.h"
 #include "store.h"
 #include "sweeper.h"
 

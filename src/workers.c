@@ -27,9 +27,9 @@
 #include "utils/fmgrprotos.h"
 
 #include "args.h"
-#include "states.h"
-#include "notifier.h"
-#include "stats.h"
+#include "transitions.h"
+#include "notify_worker.h"
+#include "metrics.h"
 #include "store.h"
 
 /* The most jobs one claim() may take. */
@@ -90,7 +90,7 @@ interval_ms(const Interval *span)
  * `until`; returns false once `until` has passed.  With jobguard preloaded
  * (shared), commits that make work runnable — a submit, a failed or
  * cancelled attempt — wake the sleep at once through shared memory
- * (notifier.c); a backoff running out signals nothing, so the sleep also
+ * (notify_worker.c); a backoff running out signals nothing, so the sleep also
  * ends every CLAIM_BACKOFF_LOOK_MS to look again.  Without preload it
  * polls: short sleeps on the process latch (1 ms, doubling up to 50 ms).
  * Either way a cancel or statement_timeout interrupts at once.

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * stats.c
+ * metrics.c
  *	  jobguard's counters, per database in shared memory: the event
  *	  counters (submits created and replayed, key conflicts, gate refusals,
  *	  compare-and-swap wins and losses, contract rejections, attempts the
@@ -53,8 +53,8 @@
 #include "storage/spin.h"
 #include "utils/memutils.h"
 
-#include "rowtypes.h"
-#include "stats.h"
+#include "store_rows.h"
+#include "metrics.h"
 
 /* Databases that can have counters at once; more are not counted. */
 #define STATS_MAX_DATABASES 64

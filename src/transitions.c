@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * states.c
+ * transitions.c
  *	  The state rules of jobguard: which attempt states exist, which are
  *	  open, which call may move an attempt out of which state, and the gate
  *	  that decides whether a job may begin another attempt.
@@ -17,8 +17,8 @@
 #include "postgres.h"
 
 #include "errcodes.h"
-#include "states.h"
-#include "stats.h"
+#include "transitions.h"
+#include "metrics.h"
 
 /* One attempt state: its SQL name and whether it blocks a new attempt. */
 typedef struct AttemptStateInfo

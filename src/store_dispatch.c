@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * store.c
+ * store_dispatch.c
  *	  The SQL back end of store.h for the calls that write a job's life:
  *	  the connection a call works in, submit's insert and replay, the
  *	  attempt gate, the finish's read and compare-and-swap, and the closing
@@ -23,7 +23,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
-#include "states.h"
+#include "transitions.h"
 #include "store.h"
 #include "store_sql.h"
 

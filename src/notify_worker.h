@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
- * notifier.h
+ * notify_worker.h
  *	  Notifications sent by a background worker from a ring in shared
- *	  memory, and the wake-up of jobguard.await() (notifier.c).
+ *	  memory, and the wake-up of jobguard.await() (notify_worker.c).
  *
  *-------------------------------------------------------------------------
  */
-#ifndef JOBGUARD_NOTIFIER_H
-#define JOBGUARD_NOTIFIER_H
+#ifndef JOBGUARD_NOTIFY_WORKER_H
+#define JOBGUARD_NOTIFY_WORKER_H
 
 #include "postgres.h"
 
@@ -26,4 +26,4 @@ extern void notifier_publish_claim_floor(int64 floor, uint64 lowerings_before);
 extern bool notifier_claim_prepare(void);
 extern void notifier_claim_sleep(long timeout_ms);
 
-#endif							/* JOBGUARD_NOTIFIER_H */
+#endif							/* JOBGUARD_NOTIFY_WORKER_H */

@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
- * rowtypes.h
+ * store_rows.h
  *	  The rows jobguard passes between its entry points, the state rules
  *	  and the two back ends of store.h: a job, an attempt, what a finish
  *	  reads, and what submit and the compare-and-swap found.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef JOBGUARD_ROWTYPES_H
-#define JOBGUARD_ROWTYPES_H
+#ifndef JOBGUARD_STORE_ROWS_H
+#define JOBGUARD_STORE_ROWS_H
 
 #include "postgres.h"
 
@@ -112,4 +112,4 @@ typedef struct JobBatch
 	Datum		arrays[6];		/* the same as the arrays given (max_attempts: 0 if none) */
 } JobBatch;
 
-#endif							/* JOBGUARD_ROWTYPES_H */
+#endif							/* JOBGUARD_STORE_ROWS_H */

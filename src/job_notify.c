@@ -1,11 +1,11 @@
 /*-------------------------------------------------------------------------
  *
- * notify.c
+ * job_notify.c
  *	  NOTIFY jobguard_jobs, '<job_id>:<state>' when a job succeeds, fails
  *	  or is cancelled, for listeners that would rather not poll.
  *
  * When jobguard is preloaded and a notifier runs for the database, the
- * notification is recorded for notifier.c, which sends it just after the
+ * notification is recorded for notify_worker.c, which sends it just after the
  * commit from its own transaction (the finishing transaction never takes
  * NOTIFY's cluster-wide lock).  Otherwise it is an Async_Notify inside the
  * finishing transaction, as PostgreSQL's NOTIFY does it.  Either way it is
@@ -17,8 +17,8 @@
 
 #include "commands/async.h"
 
-#include "notifier.h"
-#include "notify.h"
+#include "notify_worker.h"
+#include "job_notify.h"
 #include "store.h"
 
 /* GUC jobguard.notify: send NOTIFY jobguard_jobs when a job ends. */

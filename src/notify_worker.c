@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * notifier.c
+ * notify_worker.c
  *	  Notifications off the commit path (jobguard in shared_preload_
  *	  libraries): a finishing transaction records its ended jobs in a
  *	  bounded ring in shared memory when it commits, and a background
@@ -22,7 +22,7 @@
  * same commit also wakes every jobguard.await() of its database (a
  * condition variable per database), whether or not jobguard.notify is on.
  *
- * Without preload, or in a database without a running notifier, notify.c
+ * Without preload, or in a database without a running notifier, job_notify.c
  * calls Async_Notify inside the transaction as before.
  *
  *-------------------------------------------------------------------------
@@ -48,7 +48,7 @@
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
-#include "notifier.h"
+#include "notify_worker.h"
 
 /* Databases that can have a notifier slot at once. */
 #define NOTIFIER_MAX_DATABASES 16

@@ -1,13 +1,13 @@
 /*-------------------------------------------------------------------------
  *
- * notify.h
+ * job_notify.h
  *	  The notifications jobguard sends on channel jobguard_jobs when a
- *	  job succeeds, fails or is cancelled (notify.c).
+ *	  job succeeds, fails or is cancelled (job_notify.c).
  *
  *-------------------------------------------------------------------------
  */
-#ifndef JOBGUARD_NOTIFY_H
-#define JOBGUARD_NOTIFY_H
+#ifndef JOBGUARD_JOB_NOTIFY_H
+#define JOBGUARD_JOB_NOTIFY_H
 
 #include "postgres.h"
 
@@ -16,4 +16,4 @@ extern bool notify_enabled;		/* GUC jobguard.notify */
 extern void notify_job(int64 job_id, const char *state);
 extern void notify_if_job_failed(int64 job_id);
 
-#endif							/* JOBGUARD_NOTIFY_H */
+#endif							/* JOBGUARD_JOB_NOTIFY_H */

@@ -1,6 +1,6 @@
 /*-------------------------------------------------------------------------
  *
- * rows.h
+ * fastpath.h
  *	  What the files of the fast path share: src/rows_catalog.c knows
  *	  jobguard's tables (and when that knowledge is stale) and compiles
  *	  their rules, src/rows_write.c reads and writes rows with them, and
@@ -8,14 +8,14 @@
  *
  *-------------------------------------------------------------------------
  */
-#ifndef JOBGUARD_ROWS_H
-#define JOBGUARD_ROWS_H
+#ifndef JOBGUARD_FASTPATH_H
+#define JOBGUARD_FASTPATH_H
 
 #include "postgres.h"
 
 #include "nodes/execnodes.h"
 
-#include "states.h"
+#include "transitions.h"
 #include "store.h"
 
 /* A column the fast path reads or writes: its name and its base type. */
@@ -135,7 +135,7 @@ typedef struct TableRules
  */
 typedef struct RowsCatalog
 {
-	bool		usable;			/* false: store.c must run its SQL */
+	bool		usable;			/* false: store_dispatch.c must run its SQL */
 	const char *unusable_reason;	/* why not, for fast_path_status() */
 	bool		incomplete;		/* a table is missing: look again next call */
 	Oid			jobs;
@@ -227,4 +227,4 @@ extern bool rows_update_if(RowWriter *w, Oid indexoid, int64 id, Snapshot snap,
 						   RowCondition condition, RowChange change, void *arg);
 extern Datum rows_now(void);
 
-#endif							/* JOBGUARD_ROWS_H */
+#endif							/* JOBGUARD_FASTPATH_H */

@@ -1,14 +1,14 @@
 /*-------------------------------------------------------------------------
  *
- * stats.h
- *	  The event counters and state gauges of jobguard.stats() (stats.c), kept
+ * metrics.h
+ *	  The event counters and state gauges of jobguard.stats() (metrics.c), kept
  *	  per database in shared memory when jobguard is in
  *	  shared_preload_libraries.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef JOBGUARD_STATS_H
-#define JOBGUARD_STATS_H
+#ifndef JOBGUARD_METRICS_H
+#define JOBGUARD_METRICS_H
 
 #include "postgres.h"
 
@@ -63,4 +63,4 @@ extern void stats_gauges_begin_recount(int64 *before);
 extern void stats_gauges_end_recount(const int64 *before, const int64 *counted);
 extern int64 stats_gauge_read(Gauge gauge);
 
-#endif							/* JOBGUARD_STATS_H */
+#endif							/* JOBGUARD_METRICS_H */

@@ -1,16 +1,16 @@
 /*-------------------------------------------------------------------------
  *
- * states.h
- *	  The state rules of SPEC.md (states.c): the names of the attempt
+ * transitions.h
+ *	  The state rules of SPEC.md (transitions.c): the names of the attempt
  *	  states, the transitions each call may make, and the gate that lets a
  *	  new attempt begin.
  *
  *-------------------------------------------------------------------------
  */
-#ifndef JOBGUARD_STATES_H
-#define JOBGUARD_STATES_H
+#ifndef JOBGUARD_TRANSITIONS_H
+#define JOBGUARD_TRANSITIONS_H
 
-#include "rowtypes.h"
+#include "store_rows.h"
 
 /* The calls that move an attempt from one state to another. */
 typedef enum AttemptAction
@@ -29,4 +29,4 @@ extern void require_transition(AttemptAction action, const AttemptRow *attempt);
 extern void require_gate_open(const JobRow *job, const AttemptRow *last);
 extern void require_attempts_left(const JobRow *job, const AttemptRow *last);
 
-#endif							/* JOBGUARD_STATES_H */
+#endif							/* JOBGUARD_TRANSITIONS_H */
