@@ -23,6 +23,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "launcher.h"
 #include "transitions.h"
 #include "store.h"
 #include "store_sql.h"
@@ -37,6 +38,14 @@
 void
 store_connect(SavedIdentity *caller)
 {
+	static bool used_here = false;
+
+	/* the first call of a backend: the launcher may not know jobguard is here */
+	if (!used_here)
+	{
+		used_here = true;
+		launcher_database_used();
+	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "jobguard: SPI_connect failed");
 	become_tables_owner(caller);
