@@ -28,7 +28,7 @@
 // divided by the jobs.
 //
 //   node drain.js [--jobs 20000] [--rounds 10] [--batch-seconds 3]
-//                 [--hold-seconds 60] [--hold-rounds 3]
+//                 [--hold-seconds 60] [--hold-rounds 3] [--stall-seconds 30]
 //                 [--only name,name,...] [--chart-data FILE]
 //
 // Prints a markdown report (the #28 table, WAL per job, batch submit, the
@@ -48,6 +48,7 @@ const ROUNDS = Number(args.rounds || 10);
 const BATCH_SECONDS = Number(args['batch-seconds'] || 3);
 const HOLD_SECONDS = Number(args['hold-seconds'] || 60);
 const HOLD_ROUNDS = Number(args['hold-rounds'] || 3);
+const STALL_SECONDS = Number(args['stall-seconds'] || 30);
 const ONLY = args.only ? args.only.split(',') : null;
 const CHART_DATA = args['chart-data'];
 const WORKERS = 8;
@@ -87,11 +88,19 @@ async function checkSession(c) {
 }
 
 // until: poll the query every 20 ms until it returns n = 0.  It reads a
-// small index or table: the polling must not load the server.
+// small index or table: the polling must not load the server.  A drain
+// that stops short (n not falling for --stall-seconds) fails its
+// verification.
 async function until(db, sql) {
+  let last = Infinity; let since = Date.now();
   for (;;) {
     const { rows } = await db.query(sql);
-    if (Number(rows[0].n) === 0) return;
+    const n = Number(rows[0].n);
+    if (n === 0) return;
+    if (n < last) { last = n; since = Date.now(); }
+    else if (Date.now() - since > STALL_SECONDS * 1000) {
+      throw new VerifyError(`${n} jobs still not done, none done for ${STALL_SECONDS} s`);
+    }
     await sleep(20);
   }
 }
@@ -174,8 +183,9 @@ async function verifyJobguard(db, who) {
 // jobguardLoop: 8 connections, each claiming 10 and finishing them with
 // finish(client, claimed rows) until a claim finds nothing
 function jobguardLoop(finish) {
-  return async (db, counts) => {
+  return async (db, counts, ctx) => {
     const clients = await Promise.all(Array.from({ length: WORKERS }, connectWorker));
+    ctx.teardown = async () => { await Promise.all(clients.map((c) => c.end())); };
     await Promise.all(clients.map(async (c, w) => {
       for (;;) {
         const { rows } = await c.query({ name: 'claim', values: [`w${w}`, BATCH],
@@ -186,7 +196,6 @@ function jobguardLoop(finish) {
       }
     }));
     await until(db, JOBGUARD_DONE);
-    return async () => { await Promise.all(clients.map((c) => c.end())); };
   };
 }
 
@@ -226,8 +235,9 @@ const FLOOR_CLAIM = `UPDATE bench_drain.jobs SET state = 'running', worker = $1,
 // floorLoop: 8 connections, each claiming 10 with SKIP LOCKED, then
 // finishing them with finish(client, rows)
 function floorLoop(finish) {
-  return async (db, counts) => {
+  return async (db, counts, ctx) => {
     const clients = await Promise.all(Array.from({ length: WORKERS }, connectWorker));
+    ctx.teardown = async () => { await Promise.all(clients.map((c) => c.end())); };
     await Promise.all(clients.map(async (c, w) => {
       for (;;) {
         const { rows } = await c.query({ name: 'claim', text: FLOOR_CLAIM, values: [`w${w}`, BATCH] });
@@ -237,7 +247,6 @@ function floorLoop(finish) {
       }
     }));
     await until(db, `SELECT count(*) AS n FROM bench_drain.jobs WHERE state <> 'done'`);
-    return async () => { await Promise.all(clients.map((c) => c.end())); };
   };
 }
 
@@ -269,17 +278,17 @@ async function submitBoss(db, round) {
   await expectCounts(db, 'pg-boss submit', `SELECT count(*) AS jobs FROM pgboss.job WHERE name = '${BOSS_QUEUE}'`, { jobs: JOBS });
 }
 
-async function drainBoss(db, counts) {
+async function drainBoss(db, counts, ctx) {
   const boss = new PgBoss({ connectionString: CONN, ...BOSS_OPTIONS });
   let err = null;
   boss.on('error', (e) => { err = e; });
-  await boss.start();
-  await boss.work(BOSS_QUEUE, BOSS_WORK, async (jobs) => { for (const j of jobs) counts.hit(j.data.i); });
-  await until(db, `SELECT count(*) AS n FROM pgboss.job WHERE name = '${BOSS_QUEUE}' AND state <> 'completed'`);
-  return async () => {
+  ctx.teardown = async () => {
     await boss.stop({ graceful: true, wait: true });
     if (err) throw new VerifyError(`pg-boss reported an error: ${err.message}`);
   };
+  await boss.start();
+  await boss.work(BOSS_QUEUE, BOSS_WORK, async (jobs) => { for (const j of jobs) counts.hit(j.data.i); });
+  await until(db, `SELECT count(*) AS n FROM pgboss.job WHERE name = '${BOSS_QUEUE}' AND state <> 'completed'`);
 }
 
 async function verifyBoss(db, who) {
@@ -300,18 +309,18 @@ async function submitGraphile(db, round) {
   }
 }
 
-async function drainGraphile(db, counts) {
+async function drainGraphile(db, counts, ctx) {
   let failed = 0;
   const runner = await graphile.run({
     connectionString: CONN, concurrency: WORKERS, noHandleSignals: true, logger: silentLogger,
     taskList: { noop: async (payload) => { counts.hit(payload.i); } },
   });
   runner.events.on('job:failed', () => { failed++; });
-  await until(db, 'SELECT count(*) AS n FROM graphile_worker._private_jobs');
-  return async () => {
+  ctx.teardown = async () => {
     await runner.stop();
     if (failed) throw new VerifyError(`graphile-worker: ${failed} jobs failed`);
   };
+  await until(db, 'SELECT count(*) AS n FROM graphile_worker._private_jobs');
 }
 
 async function verifyGraphile(db, who) {
@@ -321,7 +330,7 @@ async function verifyGraphile(db, who) {
 
 // ------------------------------------------------------------ the Node client's Worker
 
-async function drainNodeWorker(db, counts) {
+async function drainNodeWorker(db, counts, ctx) {
   const { Pool } = require('pg');
   const workers = [];
   const pools = [];
@@ -336,14 +345,14 @@ async function drainNodeWorker(db, counts) {
       { pool, name: `bench-${w}`, batch: BATCH, waitSeconds: 1, logger: { info() {}, warn: console.error, error: console.error } }));
   }
   const running = workers.map((w) => w.run({ handleSignals: false }));
-  await until(db, JOBGUARD_DONE);
-  return async () => {
+  ctx.teardown = async () => {
     for (const w of workers) w.stop();
     const stats = await Promise.all(running);
     await Promise.all(pools.map((p) => p.end()));
     const bad = stats.reduce((s, x) => s + x.lost + x.rejected + x.failed + x.reportErrors + x.released, 0);
     if (bad) throw new VerifyError(`the Node Worker: ${JSON.stringify(stats)}`);
   };
+  await until(db, JOBGUARD_DONE);
 }
 
 // ------------------------------------------------------------ the contenders
@@ -425,12 +434,21 @@ async function drainOnce(db, d, round) {
   await d.submit(db, round);
   await db.query('VACUUM ANALYZE');
   const counts = new Counts(JOBS);
+  const ctx = { teardown: async () => {} };
   const w0 = await lsn(db);
   const t0 = process.hrtime.bigint();
-  const teardown = await d.drain(db, counts);
-  const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-  const w1 = await lsn(db);
-  await teardown();
+  let ms; let w1;
+  try {
+    await d.drain(db, counts, ctx);
+    ms = Number(process.hrtime.bigint() - t0) / 1e6;
+    w1 = await lsn(db);
+  } catch (e) {
+    // stop its workers before the next contender runs
+    await ctx.teardown().catch(() => {});
+    if (e instanceof VerifyError) throw new VerifyError(`${d.name}: ${e.message}`);
+    throw e;
+  }
+  await ctx.teardown();
   counts.check(d.name);
   await d.verify(db, d.name);
   return { rate: JOBS / (ms / 1000), wal: (w1 - w0) / JOBS };
