@@ -387,7 +387,7 @@ const DRAINS = [
     submit: submitBoss, drain: drainBoss, verify: verifyBoss },
   { name: 'graphile', label: () => `graphile-worker ${PKG('graphile-worker')}, \`run()\``,
     settings: `\`run({ concurrency: ${WORKERS}, taskList: { noop } })\` (default pollInterval; LISTEN/NOTIFY wakes it), jobs by \`graphile_worker.add_jobs\``,
-    source: 'graphile-worker docs, "Library: run" and "Performance" (concurrency: the number of jobs run at once, one pool connection each; worker.graphile.org)',
+    source: 'graphile-worker 0.16 `run()` options (`concurrency`: jobs run at once, each on a pool connection; dist/interfaces.d.ts of the npm package, worker.graphile.org "Library: run"); the batching options of its "Performance" page (localQueue, completeJobBatchDelay) came after 0.16',
     submit: submitGraphile, drain: drainGraphile, verify: verifyGraphile },
   { name: 'jg-loop', label: 'jobguard, SQL loop: `claim(max_jobs => 10)`, one `finish_attempt` per job',
     settings: '8 connections; `SELECT … FROM jobguard.claim($1, max_jobs => 10)`, then `SELECT jobguard.finish_attempt($1, \'{}\')` per job, each its own transaction',
@@ -664,7 +664,7 @@ async function holdRound(db, round) {
   const judge = (what, v, need, cmp = '≥', why = null) => {
     let verdict;
     if (v === null) { verdict = why || 'n/a'; nna++; } else if (cmp === '≥' ? v >= need : v <= need) { verdict = 'PASS'; npass++; } else { verdict = 'FAIL'; nfail++; }
-    lines.push(`| ${what} | ${cmp} ${need} | ${f2(v)} | ${verdict} |`);
+    lines.push(`| ${what} | ${cmp} ${need.toFixed(2)} | ${f2(v)} | ${verdict} |`);
   };
   const notBuilt = FINISH_MANY ? null : 'not built yet';
   judge('SQL loop, one `finish_attempt` per job ÷ the per-job floor', ratio('jg-loop', 'floor-job'), 1.0);
