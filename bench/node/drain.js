@@ -51,6 +51,8 @@ const HOLD_ROUNDS = Number(args['hold-rounds'] || 3);
 const STALL_SECONDS = Number(args['stall-seconds'] || 30);
 const ONLY = args.only ? args.only.split(',') : null;
 const CHART_DATA = args['chart-data'];
+// Debian's interpreter, which sees Debian's python3-psycopg (as examples/run-tests)
+const PYTHON = process.env.PYTHON || '/usr/bin/python3';
 const WORKERS = 8;
 const BATCH = 10;
 const CONN = process.env.DATABASE_URL ||
@@ -355,6 +357,38 @@ async function drainNodeWorker(db, counts, ctx) {
   await until(db, JOBGUARD_DONE);
 }
 
+// ------------------------------------------------------------ the Python client's Worker
+
+// drainPythonWorker: 8 processes (bench/node/py_worker.py), one Worker each;
+// each prints, once stopped by SIGTERM, the job numbers its handler ran
+async function drainPythonWorker(db, counts, ctx) {
+  const { spawn } = require('node:child_process');
+  const procs = [];
+  for (let w = 0; w < WORKERS; w++) {
+    const p = spawn(PYTHON, [require('node:path').join(__dirname, 'py_worker.py'), `bench-py-${w}`, String(BATCH)],
+      { stdio: ['ignore', 'pipe', 'inherit'] });
+    p.out = '';
+    p.stdout.on('data', (b) => { p.out += b; });
+    p.done = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
+    procs.push(p);
+  }
+  ctx.teardown = async () => {
+    for (const p of procs) if (p.exitCode === null) p.kill('SIGTERM');
+    const codes = await Promise.all(procs.map((p) => p.done));
+    for (let w = 0; w < WORKERS; w++) {
+      if (codes[w] !== 0) throw new VerifyError(`Python worker ${w} exited with ${codes[w]}`);
+      const last = procs[w].out.trim().split('\n').pop();
+      const { handled, stats } = JSON.parse(last);
+      for (const i of handled) counts.hit(i);
+      const bad = stats.lost + stats.rejected + stats.failed + stats.report_errors + stats.released;
+      if (bad) throw new VerifyError(`Python worker ${w}: ${JSON.stringify(stats)}`);
+    }
+  };
+  // a worker that cannot start fails the run at once, not after a stall
+  await Promise.race([until(db, JOBGUARD_DONE),
+    ...procs.map((p) => p.done.then((code) => { throw new VerifyError(`a Python worker exited early (${code})`); }))]);
+}
+
 // ------------------------------------------------------------ the contenders
 
 // hasFinishMany: whether jobguard.finish_many exists
@@ -424,6 +458,10 @@ const DRAINS = [
     settings: `8 \`new Worker(handler, { batch: ${BATCH}, waitSeconds: 1 })\`, each on a pool of 2 (its loop and its heartbeats)`,
     source: 'clients/node/README.md',
     submit: submitJobguard, drain: drainNodeWorker, verify: verifyJobguard },
+  { name: 'jg-python', label: 'jobguard, the Python client\'s `Worker` (batch 10)',
+    settings: `8 processes, each one \`Worker(handler, batch=${BATCH}, wait=1)\` (its loop and heartbeat connections); psycopg 3`,
+    source: 'clients/python/README.md',
+    submit: submitJobguard, drain: drainPythonWorker, verify: verifyJobguard },
 ];
 const byName = Object.fromEntries(DRAINS.map((d) => [d.name, d]));
 const labelOf = (d) => (typeof d.label === 'function' ? d.label() : d.label);
@@ -673,6 +711,8 @@ async function holdRound(db, round) {
   judge('SQL loop with `finish_many` ÷ the batch floor', ratio('jg-many', 'floor-batch'), 0.6, '≥', notBuilt);
   judge('the Node client\'s `Worker` ÷ pg-boss', ratio('jg-node', 'pgboss'), 2.0);
   judge('the Node client\'s `Worker` ÷ the batch floor', ratio('jg-node', 'floor-batch'), 0.6);
+  judge('the Python client\'s `Worker` ÷ pg-boss', ratio('jg-python', 'pgboss'), 2.0);
+  judge('the Python client\'s `Worker` ÷ the batch floor', ratio('jg-python', 'floor-batch'), 0.6);
   judge('WAL per job, SQL loop ÷ the per-job floor\'s', walRatio('jg-loop', 'floor-job'), 1.5, '≤');
   judge('`submit_many` ÷ graphile-worker `add_jobs`', bratio('jobguard', 'graphile'), 1.5);
   judge('`submit_many` ÷ the four-column floor', bratio('jobguard', 'floor'), 0.8);
