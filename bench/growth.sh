@@ -15,7 +15,8 @@
 #
 # Tunables (environment): GROWTH_JOBS (5000000), GROWTH_LIFECYCLES (1000000),
 # BENCH_SECONDS (5 here), BENCH_ROUNDS (5 here), GROWTH_WARMUP (5 s per
-# workload and database, not measured, after loading).
+# workload and database, not measured, after loading), BENCH_PUBLISH=0.
+# A report with a FAIL in it is not published and the run exits non-zero.
 
 GROWTH_JOBS=${GROWTH_JOBS:-5000000}
 GROWTH_LIFECYCLES=${GROWTH_LIFECYCLES:-1000000}
@@ -287,6 +288,16 @@ fi
 
 say ""
 say "Total time of bench/run --growth: $(elapsed)."
+# a failed target publishes nothing, and the run fails
+nfailed=$(grep -c 'FAIL' "$OUT/growth-report.md" || true)
+if [ "$nfailed" != 0 ]; then
+	echo "jobguard: $nfailed lines of the growth report say FAIL: not published (bench/out/growth-report.md)" >&2
+	exit 1
+fi
+if [ "${BENCH_PUBLISH:-1}" != 1 ]; then
+	echo "jobguard: BENCH_PUBLISH=0: not published (bench/out/growth-report.md)"
+	exit 0
+fi
 cp "$OUT/growth-report.md" "$GREPORT"
 # the tables the docs include, cut from the report, and the docs updated
 "$BENCH/fragments" growth

@@ -32,3 +32,36 @@ $$;
 
 SELECT pg_temp.make_tables('bench_floor');
 SELECT pg_temp.make_tables('bench_plpgsql');
+
+-- The bare floor (bench_bare): the same columns as jobguard's jobs and
+-- attempts, of the domains' base types, with their NOT NULLs and defaults
+-- but no CHECK constraint and no domain; jobs unique on (owner_id,
+-- idempotency_key) with jobguard's fillfactor, attempts on their id alone.  The least a table that
+-- keeps these rows can be; bench/run checks that it has no CHECK and no
+-- domain.
+CREATE FUNCTION pg_temp.make_bare(s text, t text, uniq text, opts text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+	cols text;
+BEGIN
+	SELECT string_agg(format('%I %s%s%s', a.attname,
+							 format_type(CASE WHEN ty.typtype = 'd' THEN ty.typbasetype ELSE a.atttypid END,
+										 CASE WHEN ty.typtype = 'd' THEN ty.typtypmod ELSE a.atttypmod END),
+							 CASE WHEN a.attnotnull THEN ' NOT NULL' ELSE '' END,
+							 CASE WHEN a.attname = 'id' THEN format(' DEFAULT pg_catalog.nextval(%L)', s || '.id_seq')
+								  WHEN d.adbin IS NOT NULL THEN ' DEFAULT ' || pg_get_expr(d.adbin, d.adrelid)
+								  ELSE '' END), ', ' ORDER BY a.attnum)
+	  INTO cols
+	  FROM pg_attribute a
+	  JOIN pg_type ty ON ty.oid = a.atttypid
+	  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+	 WHERE a.attrelid = ('jobguard.' || t)::regclass AND a.attnum > 0 AND NOT a.attisdropped;
+	EXECUTE format('CREATE TABLE %I.%I (%s, PRIMARY KEY (id)%s) %s', s, t, cols,
+				   CASE WHEN uniq IS NULL THEN '' ELSE ', UNIQUE (' || uniq || ')' END, opts);
+END
+$$;
+
+CREATE SCHEMA bench_bare;
+CREATE SEQUENCE bench_bare.id_seq;
+SELECT pg_temp.make_bare('bench_bare', 'jobs', 'owner_id, idempotency_key', 'WITH (fillfactor = 85)');
+SELECT pg_temp.make_bare('bench_bare', 'attempts', NULL, '');
