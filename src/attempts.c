@@ -150,10 +150,18 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 	store_connect(&caller);
 	for (int tries = 1; attempt_id == 0; tries++)
 	{
+		BeginRequest req = {
+			.job_id = job_id, .scope = scope,
+			.provider = provider_arg, .provider_null = provider_null,
+			.timeout = timeout,
+			.attempt_key = attempt_key, .attempt_key_null = attempt_key_null,
+			.worker = (Datum) 0, .worker_null = true,
+			.started_at = 0,
+		};
+
 		if (tries > MAX_TRIES)
 			report_retries_exhausted("begin an attempt of job", job_id);
-		attempt_id = store_begin_attempt(job_id, scope, provider_arg, provider_null, timeout,
-										 attempt_key, attempt_key_null, (Datum) 0, true, 0);
+		attempt_id = store_begin_attempt(&req);
 		if (attempt_id != 0)
 			stats_attempts_begun(1);	/* the gate let it in: the job was pending */
 		else

@@ -20,6 +20,7 @@
 #include "job_notify.h"
 #include "metrics.h"
 #include "store.h"
+#include "store_backend.h"
 #include "sweeper.h"
 
 PG_MODULE_MAGIC;

@@ -49,34 +49,23 @@
 /* GUC jobguard.fast_path: let calls take the fast path (default on). */
 bool		rows_fast_path = true;
 
-static const KnownColumn job_columns[JOB_COLUMN_COUNT] = {
-	{"id", INT8OID}, {"owner_id", TEXTOID}, {"idempotency_key", TEXTOID},
-	{"operation", TEXTOID}, {"params", JSONBOID}, {"provider", TEXTOID},
-	{"max_attempts", INT4OID}, {"version", INT8OID}, {"completed_by", INT8OID},
-	{"result", JSONBOID}, {"created_at", TIMESTAMPTZOID},
-	{"completed_at", TIMESTAMPTZOID}, {"cancelled_at", TIMESTAMPTZOID},
-	{"cancel_reason", TEXTOID}, {"scope", TEXTOID}, {"previous_job_id", INT8OID},
-	{"replaced_at", TIMESTAMPTZOID}, {"not_before", TIMESTAMPTZOID}
-};
+/* The columns of each table, from store_columns.h's lists. */
+#define KNOWN_COLUMN(e, name, type) [e] = {name, type},
 
-static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
-	{"id", INT8OID}, {"job_id", INT8OID}, {"attempt_no", INT4OID},
-	{"provider", TEXTOID}, {"state", TEXTOID}, {"read_version", INT8OID},
-	{"attempt_key", TEXTOID}, {"started_at", TIMESTAMPTZOID},
-	{"deadline", TIMESTAMPTZOID}, {"finished_at", TIMESTAMPTZOID},
-	{"error", TEXTOID}, {"lost_to", INT8OID}, {"lost_result", JSONBOID},
-	{"cancelled_at", TIMESTAMPTZOID}, {"cancel_reason", TEXTOID},
-	{"worker", TEXTOID}, {"timeout", INTERVALOID}
-};
+static const KnownColumn job_columns[] = {JOBS_COLUMNS(KNOWN_COLUMN)};
+static const KnownColumn attempt_columns[] = {ATTEMPTS_COLUMNS(KNOWN_COLUMN)};
+static const KnownColumn operation_columns[] = {OPERATIONS_COLUMNS(KNOWN_COLUMN)};
+static const KnownColumn certification_columns[] = {CERTIFICATIONS_COLUMNS(KNOWN_COLUMN)};
 
-static const KnownColumn operation_columns[OP_COLUMN_COUNT] = {
-	{"operation", TEXTOID}, {"output_contract", JSONBOID},
-	{"contract_version", INT8OID}
-};
-
-static const KnownColumn certification_columns[CERT_COLUMN_COUNT] = {
-	{"operation", TEXTOID}, {"provider", TEXTOID}, {"revoked_at", TIMESTAMPTZOID}
-};
+/* Each name table has an entry per column of its enum, and no more. */
+StaticAssertDecl(lengthof(job_columns) == JOB_COLUMN_COUNT,
+				 "job_columns and JobColumn disagree");
+StaticAssertDecl(lengthof(attempt_columns) == ATT_COLUMN_COUNT,
+				 "attempt_columns and AttemptColumn disagree");
+StaticAssertDecl(lengthof(operation_columns) == OP_COLUMN_COUNT,
+				 "operation_columns and OperationColumn disagree");
+StaticAssertDecl(lengthof(certification_columns) == CERT_COLUMN_COUNT,
+				 "certification_columns and CertificationColumn disagree");
 
 /* The tables whose invalidation makes the catalog stale. */
 #define WATCHED_TABLES 4

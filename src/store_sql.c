@@ -23,7 +23,6 @@
 #include "utils/plancache.h"
 #include "utils/resowner.h"
 
-#include "transitions.h"
 #include "store_sql.h"
 
 #define MAX_STATEMENT_ARGS 8
@@ -97,6 +96,19 @@ typedef struct StatementDef
 #define FINISH_JOB_COLUMNS \
 	"j.operation, j.completed_by, j.result, o.contract_version, o.output_contract"
 
+/*
+ * The statements of a submit take the request's columns as $1, $2, ... in
+ * the order of SUBMIT_COLUMNS (store_columns.h), their column lists and
+ * argument types generated from it.  Those that name a parameter by number
+ * assert here that the list still has it there: STMT_MATCH_JOB (operation
+ * $3 to scope $7), STMT_INSERT_JOBS (the arrays $1 to $6, the scope $7,
+ * the positions $8) and STMT_INSERT_NEXT_JOB (previous_job_id $8).
+ */
+SUBMIT_COLUMNS_CHECK()
+StaticAssertDecl(SUBMIT_COLUMN_COUNT == 7 && SUBMIT_SCOPE == 6 && SUBMIT_OPERATION == 2 &&
+				 SUBMIT_PARAMS == 3 && SUBMIT_PROVIDER == 4 && SUBMIT_MAX_ATTEMPTS == 5,
+				 "the submit statements name their parameters by these numbers");
+
 static const StatementDef statements[STMT_COUNT] = {
 	/*
 	 * The unique constraint decides who creates the job: no look-up first.
@@ -106,11 +118,11 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INSERT_JOB] = {
 		"insert job",
 		"INSERT INTO jobguard.jobs AS j"
-		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7)"
+		" (" SUBMIT_COLUMN_NAMES ")"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ")"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
-		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
+		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/*
@@ -122,7 +134,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INSERT_JOBS] = {
 		"insert jobs",
 		"INSERT INTO jobguard.jobs AS j"
-		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
+		" (" SUBMIT_COLUMN_NAMES ")"
 		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7"
 		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
 		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6))"
@@ -149,7 +161,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" AND j.owner_id OPERATOR(pg_catalog.=) $1"
 		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2"
 		" AND j.replaced_at IS NULL",
-		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
+		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
 		SPI_OK_SELECT, false
 	},
 	/*
@@ -713,12 +725,11 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INSERT_NEXT_JOB] = {
 		"insert next job",
 		"INSERT INTO jobguard.jobs AS j"
-		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope,"
-		"  previous_job_id)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+		" (" SUBMIT_COLUMN_NAMES ", previous_job_id)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8)"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
-		8, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID, INT8OID},
+		SUBMIT_COLUMN_COUNT + 1, {SUBMIT_COLUMN_TYPES, INT8OID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/* The operations with a retention, for purge() without a cut-off. */

@@ -155,11 +155,15 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 
 		for (int i = 0; i < found; i++)
 		{
-			int64		attempt_id = store_begin_attempt(candidates[i], req->scope,
-														 req->provider, req->provider_null,
-														 req->timeout, (Datum) 0, true,
-														 req->worker, false,
-														 req->waited ? GetCurrentTimestamp() : 0);
+			BeginRequest begin = {
+				.job_id = candidates[i], .scope = req->scope,
+				.provider = req->provider, .provider_null = req->provider_null,
+				.timeout = req->timeout,
+				.attempt_key = (Datum) 0, .attempt_key_null = true,
+				.worker = req->worker, .worker_null = false,
+				.started_at = req->waited ? GetCurrentTimestamp() : 0,
+			};
+			int64		attempt_id = store_begin_attempt(&begin);
 
 			if (attempt_id != 0)
 			{
