@@ -10,16 +10,13 @@
  * (which the views and the SQL back end's statements call), and once in C,
  * attempt_effective_state() here (which the fast path calls, having no
  * SQL).  The regression suite derived_states checks that the two agree
- * for every state and for deadlines before, at and after now(), through
- * jobguard_c_attempt_state() below.
+ * for every state and for deadlines before, at and after now()
+ * (derived_check.c).
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
-#include "access/xact.h"
-#include "fmgr.h"
-#include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "store_rows.h"
@@ -83,26 +80,4 @@ attempt_effective_state(AttemptState stored, TimestampTz deadline, TimestampTz n
 	if (stored == ATTEMPT_STARTED && deadline <= now)
 		return ATTEMPT_UNKNOWN;
 	return stored;
-}
-
-PGDLLEXPORT Datum jobguard_c_attempt_state(PG_FUNCTION_ARGS);
-
-PG_FUNCTION_INFO_V1(jobguard_c_attempt_state);
-
-/*
- * jobguard_c_attempt_state(state text, deadline timestamptz) -> text: the
- * C form of the rule, for the test that compares it with the SQL form.  No
- * SQL script creates it; the suite derived_states does, for itself.
- */
-Datum
-jobguard_c_attempt_state(PG_FUNCTION_ARGS)
-{
-	AttemptState stored;
-
-	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
-		PG_RETURN_NULL();
-	stored = attempt_state_from_name(text_to_cstring(PG_GETARG_TEXT_PP(0)));
-	PG_RETURN_TEXT_P(cstring_to_text(attempt_state_name(
-		attempt_effective_state(stored, PG_GETARG_TIMESTAMPTZ(1),
-								GetCurrentTransactionStartTimestamp()))));
 }

@@ -91,6 +91,7 @@ extern int64 store_purge_by_retention(int batch_size);
 extern int	store_retentions(MemoryContext into, char ***operations, TimestampTz **cutoffs);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
 extern void store_stored_state_counts(int64 *counts);
+extern bool store_stored_job_state(int64 job_id, char **state);
 extern int	store_stored_job_gauge(int64 job_id);
 extern void store_invariant_violations(Oid reader, ReturnSetInfo *rsinfo);
 
