@@ -19,7 +19,7 @@
 
 #include "args.h"
 #include "errcodes.h"
-#include "notify_worker.h"
+#include "claim_floor.h"
 #include "job_notify.h"
 #include "transitions.h"
 #include "metrics.h"
@@ -283,7 +283,7 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	stats_gauge_move(GAUGE_ATTEMPT(attempt.stored_state), GAUGE_ATTEMPT(ATTEMPT_FAILED), 1);
 	count_job_moved(attempt.job_id, job_before);
 	notify_if_job_failed(attempt.job_id);
-	notifier_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */
+	claim_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */
 	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("failed"));
 }
@@ -339,7 +339,7 @@ jobguard_cancel_attempt(PG_FUNCTION_ARGS)
 	require_transition(ACTION_CANCEL, &attempt);
 	job_before = job_gauge_before(attempt.job_id);
 	store_cancel_attempt(attempt_id, reason);
-	notifier_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */
+	claim_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */
 	stats_gauge_move(GAUGE_ATTEMPT(attempt.stored_state), GAUGE_ATTEMPT(ATTEMPT_CANCELLED), 1);
 	count_job_moved(attempt.job_id, job_before);
 	store_finish(&caller);

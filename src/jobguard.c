@@ -15,6 +15,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "claim_floor.h"
 #include "notify_worker.h"
 #include "args.h"
 #include "job_notify.h"
@@ -53,6 +54,7 @@ _PG_init(void)
 	sweeper_init();
 	/* after sweeper_init, which defines the jobguard.database it reads */
 	notifier_init();
+	claim_floor_init();
 	if (process_shared_preload_libraries_in_progress)
 		stats_init();
 }

@@ -404,7 +404,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * index jobs_claim_order holds just those), no open attempt, attempts
 	 * left, not_before passed ($3), of scope $1 (NULL: any) and of an
 	 * operation in $2 (NULL: any), from id $6 on (the claim floor: no job
-	 * with a lower id is claimable; see notifier_claim_floor()).  A
+	 * with a lower id is claimable; see claim_floor()).  A
 	 * provider $4 runs the jobs that are
 	 * its own, and — where it is certified for the operation — the jobs
 	 * whose latest attempt was cancelled or failed (a failover).  Then
@@ -462,7 +462,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/*
-	 * The claim floor (see notifier_claim_floor()): the oldest job not
+	 * The claim floor (see claim_floor()): the oldest job not
 	 * succeeded or cancelled that has no open attempt and attempts left
 	 * (claimable but for the operations, provider and backoff a claim may
 	 * name, which change without a commit or are the claim's own).  With

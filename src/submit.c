@@ -24,7 +24,7 @@
 
 #include "args.h"
 #include "errcodes.h"
-#include "notify_worker.h"
+#include "claim_floor.h"
 #include "policies.h"
 #include "metrics.h"
 #include "store.h"
@@ -103,7 +103,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		{
 			stats_count(STAT_SUBMITS_CREATED);
 			stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-			notifier_work_ready(*job_id);
+			claim_work_ready(*job_id);
 			return SUBMIT_CREATED;
 		}
 		if (store_match_job(&req, match))
@@ -141,7 +141,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 					{
 						stats_count(STAT_SUBMITS_CREATED);
 						stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-						notifier_work_ready(*job_id);
+						claim_work_ready(*job_id);
 						return SUBMIT_CREATED;
 					}
 					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
@@ -429,7 +429,7 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 			{
 				stats_count(STAT_SUBMITS_CREATED);
 				stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-				notifier_work_ready(job_ids[i]);
+				claim_work_ready(job_ids[i]);
 			}
 			else				/* a job has the key: what submit() would answer */
 				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
