@@ -76,9 +76,9 @@ looks_like_interval(const char *s)
 
 /*
  * refused_begin: why the gate refused a begin, as the caller-facing error,
- * in the order SPEC.md gives: no job (JG008), closed job (JG003), open
- * attempt (JG002), attempts used up (JG005), fallback not certified
- * (JG004).  A worker retrying its own begin is not refused: its attempt id
+ * in the order of doc/reference.md ("Attempts"): no job (JG008), closed
+ * job (JG003), open attempt (JG002), attempts used up (JG005), fallback
+ * not certified (JG004).  A worker retrying its own begin is not refused: its attempt id
  * is returned.  Returns 0 when nothing refuses any more (the begin lost a
  * race that has since resolved): the caller tries again.
  */

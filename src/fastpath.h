@@ -103,7 +103,7 @@ typedef struct TableRules
  */
 typedef struct RowsCatalog
 {
-	bool		usable;			/* false: store_dispatch.c must run its SQL */
+	bool		usable;			/* false: the SQL back end must serve */
 	const char *unusable_reason;	/* why not, for fast_path_status() */
 	bool		incomplete;		/* a table is missing: look again next call */
 	Oid			jobs;

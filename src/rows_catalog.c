@@ -17,7 +17,8 @@
  * the fast path would skip — a trigger or rule someone added, an unknown
  * or generated column, forced row security, a partition — or a read-only
  * transaction, parallel mode, a nested call, or jobguard.fast_path off
- * makes it say no, and store_dispatch.c runs its SQL instead.
+ * makes it say no, and store_dispatch.c hands the call to the SQL back end
+ * instead.
  *
  *-------------------------------------------------------------------------
  */
@@ -570,7 +571,8 @@ lock_tables(const RowsCatalog *cat, RowsCall call)
 #define CATALOG_TRIES 5
 
 /*
- * rows_usable: may store_dispatch.c use the fast path (src/rows.c) for this call?
+ * rows_usable: may store_dispatch.c use the fast path (src/rows.c) for a
+ * call that locks these tables?
  * Yes when jobguard.fast_path is on, the transaction may write (a
  * read-only one gets the executor's error from the SQL instead), and the
  * tables, checked under the call's locks, have nothing rows.c would skip.

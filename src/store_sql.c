@@ -9,8 +9,8 @@
  * caller's search_path cannot redirect anything.  The compare-and-swap that
  * decides which attempt wins a job is STMT_CLAIM_AND_SWAP below.
  *
- * store_dispatch.c and store_admin.c run these statements for the store_* functions
- * of store.h.
+ * store_lifecycle.c and store_admin.c run these statements for the store_*
+ * functions of store.h.
  *
  *-------------------------------------------------------------------------
  */

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * store_sql.h
- *	  What the files of the SQL back end share (private to store_dispatch.c,
- *	  store_admin.c and store_sql.c): the statements by number, and how to
- *	  run one and read its result.
+ *	  What the files of the SQL back end share (private to
+ *	  store_lifecycle.c, store_admin.c and store_sql.c): the statements by
+ *	  number, and how to run one and read its result.
  *
  *-------------------------------------------------------------------------
  */
