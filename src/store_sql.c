@@ -83,14 +83,8 @@ typedef struct StatementDef
 	bool		whole_tables;	/* reads whole tables: no index-only planning */
 } StatementDef;
 
-/*
- * The columns every attempt query returns, in this order, so that one
- * reader (sql_read_attempt_row) serves all of them.
- */
-#define ATTEMPT_COLUMNS \
-	"a.id, a.job_id, a.attempt_no, a.provider, a.state," \
-	" jobguard.attempt_state(a.state, a.deadline)," \
-	" a.read_version, a.deadline, a.attempt_key, a.lost_result"
+/* The columns every attempt query returns (ATTEMPT_ROW_COLUMNS, store_sql.h). */
+#define ATTEMPT_COLUMNS ATTEMPT_ROW_COLUMNS(ATTEMPT_ROW_SQL_, ", ")
 
 /* The job columns a finish needs, in the order read_finish_job reads them. */
 #define FINISH_JOB_COLUMNS \
@@ -908,16 +902,16 @@ sql_read_attempt_row(AttemptRow *attempt)
 {
 	bool		isnull;
 
-	attempt->id = sql_column_int64(1, &isnull);
-	attempt->job_id = sql_column_int64(2, &isnull);
-	attempt->attempt_no = DatumGetInt32(sql_column_value(3, &isnull));
-	attempt->provider = sql_column_text(4);
-	attempt->stored_state = attempt_state_from_name(sql_column_text(5));
-	attempt->state = attempt_state_from_name(sql_column_text(6));
-	attempt->read_version = sql_column_int64(7, &isnull);
-	attempt->deadline = DatumGetTimestampTz(sql_column_value(8, &isnull));
-	attempt->attempt_key = sql_column_text(9);
-	attempt->lost_result = sql_column_value(10, &isnull);
+	attempt->id = sql_column_int64(AROW_ID + 1, &isnull);
+	attempt->job_id = sql_column_int64(AROW_JOB_ID + 1, &isnull);
+	attempt->attempt_no = DatumGetInt32(sql_column_value(AROW_ATTEMPT_NO + 1, &isnull));
+	attempt->provider = sql_column_text(AROW_PROVIDER + 1);
+	attempt->stored_state = attempt_state_from_name(sql_column_text(AROW_STORED_STATE + 1));
+	attempt->state = attempt_state_from_name(sql_column_text(AROW_STATE + 1));
+	attempt->read_version = sql_column_int64(AROW_READ_VERSION + 1, &isnull);
+	attempt->deadline = DatumGetTimestampTz(sql_column_value(AROW_DEADLINE + 1, &isnull));
+	attempt->attempt_key = sql_column_text(AROW_ATTEMPT_KEY + 1);
+	attempt->lost_result = sql_column_value(AROW_LOST_RESULT + 1, &isnull);
 	if (isnull)
 		attempt->lost_result = (Datum) 0;
 }
