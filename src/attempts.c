@@ -19,7 +19,7 @@
 
 #include "args.h"
 #include "errcodes.h"
-#include "notify_worker.h"
+#include "claim_floor.h"
 #include "job_notify.h"
 #include "transitions.h"
 #include "metrics.h"
@@ -76,9 +76,9 @@ looks_like_interval(const char *s)
 
 /*
  * refused_begin: why the gate refused a begin, as the caller-facing error,
- * in the order SPEC.md gives: no job (JG008), closed job (JG003), open
- * attempt (JG002), attempts used up (JG005), fallback not certified
- * (JG004).  A worker retrying its own begin is not refused: its attempt id
+ * in the order of doc/reference.md ("Attempts"): no job (JG008), closed
+ * job (JG003), open attempt (JG002), attempts used up (JG005), fallback
+ * not certified (JG004).  A worker retrying its own begin is not refused: its attempt id
  * is returned.  Returns 0 when nothing refuses any more (the begin lost a
  * race that has since resolved): the caller tries again.
  */
@@ -150,10 +150,18 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 	store_connect(&caller);
 	for (int tries = 1; attempt_id == 0; tries++)
 	{
+		BeginRequest req = {
+			.job_id = job_id, .scope = scope,
+			.provider = provider_arg, .provider_null = provider_null,
+			.timeout = timeout,
+			.attempt_key = attempt_key, .attempt_key_null = attempt_key_null,
+			.worker = (Datum) 0, .worker_null = true,
+			.started_at = 0,
+		};
+
 		if (tries > MAX_TRIES)
 			report_retries_exhausted("begin an attempt of job", job_id);
-		attempt_id = store_begin_attempt(job_id, scope, provider_arg, provider_null, timeout,
-										 attempt_key, attempt_key_null, (Datum) 0, true, 0);
+		attempt_id = store_begin_attempt(&req);
 		if (attempt_id != 0)
 			stats_attempts_begun(1);	/* the gate let it in: the job was pending */
 		else
@@ -275,7 +283,7 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	stats_gauge_move(GAUGE_ATTEMPT(attempt.stored_state), GAUGE_ATTEMPT(ATTEMPT_FAILED), 1);
 	count_job_moved(attempt.job_id, job_before);
 	notify_if_job_failed(attempt.job_id);
-	notifier_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */
+	claim_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */
 	store_finish(&caller);
 	PG_RETURN_DATUM(text_result("failed"));
 }
@@ -331,7 +339,7 @@ jobguard_cancel_attempt(PG_FUNCTION_ARGS)
 	require_transition(ACTION_CANCEL, &attempt);
 	job_before = job_gauge_before(attempt.job_id);
 	store_cancel_attempt(attempt_id, reason);
-	notifier_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */
+	claim_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */
 	stats_gauge_move(GAUGE_ATTEMPT(attempt.stored_state), GAUGE_ATTEMPT(ATTEMPT_CANCELLED), 1);
 	count_job_moved(attempt.job_id, job_before);
 	store_finish(&caller);

@@ -1,10 +1,13 @@
 /*-------------------------------------------------------------------------
  *
  * fastpath.h
- *	  What the files of the fast path share: src/rows_catalog.c knows
- *	  jobguard's tables (and when that knowledge is stale) and compiles
- *	  their rules, src/rows_write.c reads and writes rows with them, and
- *	  src/rows.c builds submit's, begin's and finish's calls from that.
+ *	  What the four files of the fast path share: rows_catalog.c knows
+ *	  jobguard's tables (and when that knowledge is stale), rows_rules.c
+ *	  compiles their rules, rows_write.c reads and writes rows with them,
+ *	  and rows.c builds the operations of store_backend.h from that
+ *	  (fast_path_backend).  Nothing outside these four includes it; the
+ *	  fast path itself includes only the seam (store_backend.h) and the
+ *	  rows it passes (store_rows.h), never the layers above.
  *
  *-------------------------------------------------------------------------
  */
@@ -15,8 +18,9 @@
 
 #include "nodes/execnodes.h"
 
-#include "transitions.h"
-#include "store.h"
+#include "store_backend.h"
+#include "store_columns.h"
+#include "store_rows.h"
 
 /* A column the fast path reads or writes: its name and its base type. */
 typedef struct KnownColumn
@@ -25,67 +29,31 @@ typedef struct KnownColumn
 	Oid			base_type;
 } KnownColumn;
 
-/* The columns of jobguard.jobs the fast path reads or writes. */
+/*
+ * The columns of the tables, by position in store_columns.h's lists: the
+ * attribute numbers rows_catalog.c finds for them are indexed by these.
+ */
 typedef enum JobColumn
 {
-	JOB_ID,
-	JOB_OWNER_ID,
-	JOB_IDEMPOTENCY_KEY,
-	JOB_OPERATION,
-	JOB_PARAMS,
-	JOB_PROVIDER,
-	JOB_MAX_ATTEMPTS,
-	JOB_VERSION,
-	JOB_COMPLETED_BY,
-	JOB_RESULT,
-	JOB_CREATED_AT,
-	JOB_COMPLETED_AT,
-	JOB_CANCELLED_AT,
-	JOB_CANCEL_REASON,
-	JOB_SCOPE,
-	JOB_PREVIOUS_JOB_ID,
-	JOB_REPLACED_AT,
-	JOB_NOT_BEFORE,
+	JOBS_COLUMNS(STORE_COLUMN_ENUM)
 	JOB_COLUMN_COUNT
 } JobColumn;
 
-/* The columns of jobguard.attempts the fast path reads or writes. */
 typedef enum AttemptColumn
 {
-	ATT_ID,
-	ATT_JOB_ID,
-	ATT_ATTEMPT_NO,
-	ATT_PROVIDER,
-	ATT_STATE,
-	ATT_READ_VERSION,
-	ATT_ATTEMPT_KEY,
-	ATT_STARTED_AT,
-	ATT_DEADLINE,
-	ATT_FINISHED_AT,
-	ATT_ERROR,
-	ATT_LOST_TO,
-	ATT_LOST_RESULT,
-	ATT_CANCELLED_AT,
-	ATT_CANCEL_REASON,
-	ATT_WORKER,
-	ATT_TIMEOUT,
+	ATTEMPTS_COLUMNS(STORE_COLUMN_ENUM)
 	ATT_COLUMN_COUNT
 } AttemptColumn;
 
-/* The columns of jobguard.operations and jobguard.certifications read here. */
 typedef enum OperationColumn
 {
-	OP_OPERATION,
-	OP_OUTPUT_CONTRACT,
-	OP_CONTRACT_VERSION,
+	OPERATIONS_COLUMNS(STORE_COLUMN_ENUM)
 	OP_COLUMN_COUNT
 } OperationColumn;
 
 typedef enum CertificationColumn
 {
-	CERT_OPERATION,
-	CERT_PROVIDER,
-	CERT_REVOKED_AT,
+	CERTIFICATIONS_COLUMNS(STORE_COLUMN_ENUM)
 	CERT_COLUMN_COUNT
 } CertificationColumn;
 
@@ -135,7 +103,7 @@ typedef struct TableRules
  */
 typedef struct RowsCatalog
 {
-	bool		usable;			/* false: store_dispatch.c must run its SQL */
+	bool		usable;			/* false: the SQL back end must serve */
 	const char *unusable_reason;	/* why not, for fast_path_status() */
 	bool		incomplete;		/* a table is missing: look again next call */
 	Oid			jobs;

@@ -17,7 +17,7 @@
 
 #include "args.h"
 #include "contract.h"
-#include "notify_worker.h"
+#include "claim_floor.h"
 #include "errcodes.h"
 #include "job_notify.h"
 #include "transitions.h"
@@ -114,7 +114,7 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 		if (job_before != GAUGE_NONE)
 			stats_gauge_move(job_before, store_stored_job_gauge(attempt->job_id), 1);
 		notify_if_job_failed(attempt->job_id);
-		notifier_work_ready(attempt->job_id);	/* the gate opened */
+		claim_work_ready(attempt->job_id);	/* the gate opened */
 		return "rejected";
 	}
 

@@ -15,12 +15,14 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "claim_floor.h"
 #include "notify_worker.h"
 #include "args.h"
 #include "job_notify.h"
 #include "launcher.h"
 #include "metrics.h"
 #include "store.h"
+#include "store_backend.h"
 #include "sweeper.h"
 
 PG_MODULE_MAGIC;
@@ -55,6 +57,7 @@ _PG_init(void)
 	launcher_init();
 	sweeper_init();
 	notifier_init();
+	claim_floor_init();
 	if (process_shared_preload_libraries_in_progress)
 		stats_init();
 }

@@ -21,6 +21,7 @@
  * as '0:resync', meaning "some notifications were dropped, re-read".  The
  * same commit also wakes every jobguard.await() of its database (a
  * condition variable per database), whether or not jobguard.notify is on.
+ * (The claim floor and the wake-ups of claim(wait) are claim_floor.c's.)
  *
  * Without preload, or in a database without a running notifier, job_notify.c
  * calls Async_Notify inside the transaction as before.
@@ -80,11 +81,6 @@ typedef struct NotifierSlot
 	uint64		dropped;		/* entries dropped on overflow, ever */
 	int			in_flight;		/* entries taken by a notifier, not yet sent */
 	ConditionVariable finished; /* broadcast when a job of this db ends */
-	ConditionVariable runnable; /* broadcast when work may have become
-								 * runnable here (claim(wait)) */
-	int64		claim_floor;	/* no claimable job has a lower id (0: not
-								 * known); see notifier_claim_floor() */
-	uint64		floor_lowerings;	/* commits that made work runnable */
 	RingEntry	ring[NOTIFIER_RING_SIZE];
 } NotifierSlot;
 
@@ -110,13 +106,6 @@ static NotifierSlot *my_slot = NULL;
 static PendingJob *pending = NULL;
 static int	npending = 0;
 static int	pending_capacity = 0;
-
-/*
- * This transaction made work runnable: wake claim(wait) at commit, and
- * lower the claim floor to runnable_from, the lowest id it made runnable.
- */
-static bool work_pending = false;
-static int64 runnable_from = PG_INT64_MAX;
 static bool callbacks_registered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -159,9 +148,6 @@ notifier_shmem_startup(void)
 			slot->head = slot->tail = slot->dropped = 0;
 			slot->in_flight = 0;
 			ConditionVariableInit(&slot->finished);
-			ConditionVariableInit(&slot->runnable);
-			slot->claim_floor = 0;
-			slot->floor_lowerings = 0;
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -230,24 +216,6 @@ publish_pending(void)
 	ConditionVariableBroadcast(&slot->finished);
 }
 
-/*
- * lower_claim_floor: a commit made job from_id (and maybe later ones)
- * runnable: no claim may pass over it, so the floor goes down to it; and
- * the count of lowerings moves on, whether the floor moved or not, so that
- * a floor computed from a snapshot that did not see this commit is not
- * published over it (notifier_publish_claim_floor).  Runs after the commit
- * is visible.
- */
-static void
-lower_claim_floor(NotifierSlot *slot, int64 from_id)
-{
-	SpinLockAcquire(&slot->mutex);
-	if (slot->claim_floor > from_id)
-		slot->claim_floor = from_id;
-	slot->floor_lowerings++;
-	SpinLockRelease(&slot->mutex);
-}
-
 /* notifier_xact_callback: publish at commit, forget at abort. */
 static void
 notifier_xact_callback(XactEvent event, void *arg)
@@ -264,20 +232,11 @@ notifier_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 			if (npending > 0)
 				publish_pending();
-			if (work_pending && my_slot != NULL)
-			{
-				lower_claim_floor(my_slot, runnable_from);
-				ConditionVariableBroadcast(&my_slot->runnable);
-			}
 			npending = 0;
-			work_pending = false;
-			runnable_from = PG_INT64_MAX;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 			npending = 0;
-			work_pending = false;
-			runnable_from = PG_INT64_MAX;
 			break;
 		default:
 			break;
@@ -394,129 +353,6 @@ void
 notifier_await_sleep(long timeout_ms)
 {
 	(void) ConditionVariableTimedSleep(&my_slot->finished, timeout_ms, PG_WAIT_EXTENSION);
-}
-
-/*
- * notifier_work_ready: this transaction made job job_id runnable (a new
- * job, an attempt failed or cancelled): when it commits, wake the claims
- * waiting in this database and lower the claim floor to the job.  A no-op
- * without shared memory (claims poll and search from the start then).  A
- * rolled-back subtransaction may leave a wake-up behind: a waiting claim
- * then looks once more and finds nothing, and the floor is lower than it
- * need be until the next computation, both harmless.
- */
-void
-notifier_work_ready(int64 job_id)
-{
-	if (database_slot() == NULL)
-		return;
-	if (!callbacks_registered)
-	{
-		RegisterXactCallback(notifier_xact_callback, NULL);
-		RegisterSubXactCallback(notifier_subxact_callback, NULL);
-		callbacks_registered = true;
-	}
-	work_pending = true;
-	runnable_from = Min(runnable_from, job_id);
-}
-
-/*
- * notifier_claim_floor: the lowest job id a claim in this database needs
- * to look at: no job with a lower id is claimable, short of work committed
- * this very moment (which wakes waiting claims once the floor is lowered).
- * 0 when not known: without shared memory, or until the sweeper of this
- * database has computed it.
- *
- * Why: the index of jobs not yet succeeded or cancelled (jobs_claim_order)
- * keeps the entries of jobs that finished, dead, until VACUUM removes them,
- * and they are all older than the jobs still to do.  Searched from its
- * start, a claim steps over every job finished since the last vacuum —
- * on a table of millions, autovacuum comes every 20 % of it, and a claim
- * took 13 ms reading 15 MB of dead entries.  The sweeper computes the
- * floor from the table every jobguard.sweep_interval (the oldest job that
- * is neither done nor has an open attempt or every attempt used), and
- * every commit that makes a job runnable lowers it to that job at once,
- * so a claim starts its search where the work is.
- */
-int64
-notifier_claim_floor(void)
-{
-	NotifierSlot *slot = database_slot();
-	int64		floor;
-
-	if (slot == NULL)
-		return 0;
-	SpinLockAcquire(&slot->mutex);
-	floor = slot->claim_floor;
-	SpinLockRelease(&slot->mutex);
-	return floor;
-}
-
-/*
- * notifier_floor_lowerings: how many commits have made work runnable in
- * this database so far; read before taking the snapshot that computes a
- * new floor, and given back to notifier_publish_claim_floor().
- */
-uint64
-notifier_floor_lowerings(void)
-{
-	NotifierSlot *slot = database_slot();
-	uint64		n;
-
-	if (slot == NULL)
-		return 0;
-	SpinLockAcquire(&slot->mutex);
-	n = slot->floor_lowerings;
-	SpinLockRelease(&slot->mutex);
-	return n;
-}
-
-/*
- * notifier_publish_claim_floor: the sweeper computed floor from a snapshot
- * taken after reading lowerings_before.  Publish it, unless a commit made
- * work runnable since: that commit may be invisible to the snapshot, so
- * the floor then only goes down (the next computation raises it).
- */
-void
-notifier_publish_claim_floor(int64 floor, uint64 lowerings_before)
-{
-	NotifierSlot *slot = database_slot();
-
-	if (slot == NULL)
-		return;
-	SpinLockAcquire(&slot->mutex);
-	if (slot->floor_lowerings == lowerings_before)
-		slot->claim_floor = floor;
-	else if (slot->claim_floor > floor)
-		slot->claim_floor = floor;
-	SpinLockRelease(&slot->mutex);
-}
-
-/*
- * notifier_claim_prepare: get ready to sleep until work may have become
- * runnable in this database; false without shared memory (the caller
- * polls).  Call before looking for work, so that work committed in
- * between still wakes the sleep.
- */
-bool
-notifier_claim_prepare(void)
-{
-	NotifierSlot *slot = database_slot();
-
-	if (slot == NULL)
-		return false;
-	ConditionVariablePrepareToSleep(&slot->runnable);
-	return true;
-}
-
-/*
- * notifier_claim_sleep: sleep until work may have become runnable here, or
- * timeout_ms passes (after notifier_claim_prepare).
- */
-void
-notifier_claim_sleep(long timeout_ms)
-{
-	(void) ConditionVariableTimedSleep(&my_slot->runnable, timeout_ms, PG_WAIT_EXTENSION);
 }
 
 /* notifier_await_done: stop waiting (after notifier_await_prepare). */

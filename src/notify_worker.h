@@ -19,11 +19,5 @@ extern bool notifier_record(int64 job_id, char state, bool notify);
 extern bool notifier_await_prepare(void);
 extern void notifier_await_sleep(long timeout_ms);
 extern void notifier_await_done(void);
-extern void notifier_work_ready(int64 job_id);
-extern int64 notifier_claim_floor(void);
-extern uint64 notifier_floor_lowerings(void);
-extern void notifier_publish_claim_floor(int64 floor, uint64 lowerings_before);
-extern bool notifier_claim_prepare(void);
-extern void notifier_claim_sleep(long timeout_ms);
 
 #endif							/* JOBGUARD_NOTIFY_WORKER_H */

@@ -23,6 +23,7 @@
 #include "notify_worker.h"
 #include "metrics.h"
 #include "store.h"
+#include "store_backend.h"
 
 /* How long await() sleeps between two looks, at first and at most. */
 #define AWAIT_FIRST_SLEEP_MS 2

@@ -5,7 +5,8 @@
  *	  and the indexes directly instead of through SQL statements.
  *
  * submit, begin_attempt and finish_attempt each run one or two statements
- * in store_dispatch.c.  Through SPI every statement pays for executor start-up, and
+ * in the SQL back end.  Through SPI every statement pays for executor
+ * start-up, and
  * every INSERT and UPDATE re-reads and re-plans the table's CHECK
  * constraints; that was most of what a call cost.  The functions here do
  * the same reads and writes with the same concurrency rules, without that:
@@ -31,8 +32,9 @@
  *    the lock is taken before the insert, and a job deleted meanwhile is
  *    refused as missing, JG008, rather than with the foreign key's 23503).
  *
- * Nothing here decides anything: store_dispatch.c calls these functions in place of
- * its statements, after rows_usable() (src/rows_catalog.c) said the tables
+ * Nothing here decides anything: store_dispatch.c calls these functions
+ * (fast_path_backend, store_backend.h) in place of the SQL back end's
+ * statements, after rows_usable() (src/rows_catalog.c) said the tables
  * hold nothing these functions would skip, and they return the same
  * answers.  What they know of the tables — OIDs, indexes, attribute
  * numbers, compiled rules — comes from rows_catalog.c too.
@@ -59,6 +61,9 @@
 
 #include "fastpath.h"
 
+/* The job column each of a submit's values goes to, by SubmitColumn. */
+static const JobColumn submit_job_column[SUBMIT_COLUMN_COUNT] = {SUBMIT_COLUMN_JOB_COLUMNS};
+
 /*
  * insert_job: store_insert_job() without SQL: INSERT ... ON CONFLICT
  * (scope, owner_id, idempotency_key) DO NOTHING.  As in SQL, the id is
@@ -66,9 +71,7 @@
  * gap.
  */
 static bool
-insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
-		   Datum params, Datum provider,
-		   Datum max_attempts, bool max_attempts_null, int64 *job_id)
+insert_job(const SubmitRequest *req, int64 *job_id)
 {
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->job_att;
@@ -78,13 +81,8 @@ insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 
 	rows_writer_open(&w, cat->jobs, &cat->job_rules, CMD_INSERT);
 	rows_new_row_start(&w);
-	rows_set(&w, a[JOB_OWNER_ID], owner_id, false);
-	rows_set(&w, a[JOB_IDEMPOTENCY_KEY], idempotency_key, false);
-	rows_set(&w, a[JOB_OPERATION], operation, false);
-	rows_set(&w, a[JOB_PARAMS], params, false);
-	rows_set(&w, a[JOB_PROVIDER], provider, false);
-	rows_set(&w, a[JOB_MAX_ATTEMPTS], max_attempts, max_attempts_null);
-	rows_set(&w, a[JOB_SCOPE], scope, false);
+	for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
+		rows_set(&w, a[submit_job_column[c]], req->values[c], req->nulls[c]);
 	/* id, version and created_at: the columns' defaults, as in SQL */
 	inserted = rows_insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 	if (inserted)
@@ -137,16 +135,15 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
  * compared with the request column by column with the types' equality.
  */
 static bool
-match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
-		  Datum params, Datum provider,
-		  Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
+match_job(const SubmitRequest *req, SubmitMatch *match)
 {
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->job_att;
 	Snapshot	snap = rows_begin_statement();
 	Relation	jobs = table_open(cat->jobs, AccessShareLock);
 	TupleTableSlot *slot = table_slot_create(jobs, NULL);
-	Datum		key[3] = {scope, owner_id, idempotency_key};
+	Datum		key[3] = {req->values[SUBMIT_SCOPE], req->values[SUBMIT_OWNER_ID],
+	req->values[SUBMIT_IDEMPOTENCY_KEY]};
 	RegProcedure procs[3] = {F_TEXTEQ, F_TEXTEQ, F_TEXTEQ};
 	bool		found;
 
@@ -160,16 +157,17 @@ match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		match->job_id = rows_col_int64(slot, a[JOB_ID], &isnull);
 		match->same_operation = DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
 																	 rows_col(slot, a[JOB_OPERATION], &isnull),
-																	 operation));
+																	 req->values[SUBMIT_OPERATION]));
 		match->same_params = DatumGetBool(DirectFunctionCall2(jsonb_eq,
 															  rows_col(slot, a[JOB_PARAMS], &isnull),
-															  params));
+															  req->values[SUBMIT_PARAMS]));
 		match->same_provider = DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
 																	rows_col(slot, a[JOB_PROVIDER], &isnull),
-																	provider));
+																	req->values[SUBMIT_PROVIDER]));
 		stored_max = rows_col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
-		match->same_max_attempts = isnull ? max_attempts_null :
-			(!max_attempts_null && DatumGetInt32(stored_max) == DatumGetInt32(max_attempts));
+		match->same_max_attempts = isnull ? req->nulls[SUBMIT_MAX_ATTEMPTS] :
+			(!req->nulls[SUBMIT_MAX_ATTEMPTS] &&
+			 DatumGetInt32(stored_max) == DatumGetInt32(req->values[SUBMIT_MAX_ATTEMPTS]));
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(jobs, NoLock);
@@ -238,10 +236,8 @@ read_attempt(RowsCatalog *cat, TupleTableSlot *slot, AttemptRow *attempt)
 	attempt->deadline = DatumGetTimestampTz(rows_col(slot, a[ATT_DEADLINE], &isnull));
 	attempt->attempt_key = rows_col_text(slot, a[ATT_ATTEMPT_KEY]);
 	attempt->lost_result = rows_col_varlena_copy(slot, a[ATT_LOST_RESULT], &isnull);
-	attempt->state = attempt->stored_state;
-	if (attempt->stored_state == ATTEMPT_STARTED &&
-		attempt->deadline <= GetCurrentTransactionStartTimestamp())
-		attempt->state = ATTEMPT_UNKNOWN;
+	attempt->state = attempt_effective_state(attempt->stored_state, attempt->deadline,
+											 GetCurrentTransactionStartTimestamp());
 }
 
 /* is_certified: a live certification of provider for operation, in snap. */
@@ -316,9 +312,7 @@ lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
  * 0 when refused.
  */
 static int64
-begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-			  Datum timeout, Datum attempt_key, bool attempt_key_null,
-			  Datum worker, bool worker_null, TimestampTz started_at)
+begin_attempt(const BeginRequest *req)
 {
 	RowsCatalog *cat = rows_active_catalog();
 	const AttrNumber *a = cat->attempt_att;
@@ -332,12 +326,12 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 	int64		id = 0;
 
 	rows_writer_open(&w, cat->attempts, &cat->attempt_rules, CMD_INSERT);
-	if (read_job(cat, jobs, job_id, scope, snap, job_slot, &job) &&
+	if (read_job(cat, jobs, req->job_id, req->scope, snap, job_slot, &job) &&
 		!job.completed && !job.cancelled)
 	{
 		RegProcedure proc = F_INT8EQ;
-		Datum		key = Int64GetDatum(job_id);
-		const char *wanted = provider_null ? NULL : TextDatumGetCString(provider);
+		Datum		key = Int64GetDatum(req->job_id);
+		const char *wanted = req->provider_null ? NULL : TextDatumGetCString(req->provider);
 
 		open = false;
 		if (rows_fetch_by_key(w.rel, cat->attempts_job_attempt_no, 1, &key, &proc,
@@ -355,19 +349,19 @@ begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_nul
 			 is_certified(cat, job.operation, wanted, snap)) &&
 			lock_job_for_key_share(jobs, job_slot, snap))
 		{
-			Datum		now = started_at != 0 ? TimestampTzGetDatum(started_at) : rows_now();
+			Datum		now = req->started_at != 0 ? TimestampTzGetDatum(req->started_at) : rows_now();
 
 			rows_new_row_start(&w);
-			rows_set(&w, a[ATT_JOB_ID], Int64GetDatum(job_id), false);
+			rows_set(&w, a[ATT_JOB_ID], Int64GetDatum(req->job_id), false);
 			rows_set(&w, a[ATT_ATTEMPT_NO], Int32GetDatum(last_no + 1), false);
-			rows_set(&w, a[ATT_PROVIDER], provider_null ? CStringGetTextDatum(job.provider) : provider, false);
+			rows_set(&w, a[ATT_PROVIDER], req->provider_null ? CStringGetTextDatum(job.provider) : req->provider, false);
 			rows_set(&w, a[ATT_STATE], CStringGetTextDatum(attempt_state_name(ATTEMPT_STARTED)), false);
 			rows_set(&w, a[ATT_READ_VERSION], Int64GetDatum(job.version), false);
-			rows_set(&w, a[ATT_ATTEMPT_KEY], attempt_key, attempt_key_null);
+			rows_set(&w, a[ATT_ATTEMPT_KEY], req->attempt_key, req->attempt_key_null);
 			rows_set(&w, a[ATT_STARTED_AT], now, false);
-			rows_set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, timeout), false);
-			rows_set(&w, a[ATT_WORKER], worker, worker_null);
-			rows_set(&w, a[ATT_TIMEOUT], timeout, false);
+			rows_set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, req->timeout), false);
+			rows_set(&w, a[ATT_WORKER], req->worker, req->worker_null);
+			rows_set(&w, a[ATT_TIMEOUT], req->timeout, false);
 			/* id: the column's default, as in SQL */
 			if (rows_insert_unless_conflict(&w, NIL, snap))
 				id = DatumGetInt64(w.new_row->tts_values[a[ATT_ID] - 1]);
@@ -536,10 +530,10 @@ claim_and_swap(const AttemptRow *attempt, Datum result)
 }
 
 /*
- * The entry points store_dispatch.c calls after rows_usable() said yes: each runs
- * its function above with rows_depth raised, so that anything called from
- * within (user code in a default or a constraint) that comes back into
- * jobguard takes the SQL path.
+ * The operations store_dispatch.c calls after rows_usable() said yes: each
+ * runs its function above with rows_depth raised, so that anything called
+ * from within (user code in a default or a constraint) that comes back
+ * into jobguard takes the SQL path.
  */
 #define ROWS_GUARDED(...) \
 	do { \
@@ -555,56 +549,46 @@ claim_and_swap(const AttemptRow *attempt, Datum result)
 		PG_END_TRY(); \
 	} while (0)
 
-/* rows_insert_job: see insert_job. */
-bool
-rows_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
-				Datum params, Datum provider,
-				Datum max_attempts, bool max_attempts_null, int64 *job_id)
+/* fast_insert_job: see insert_job. */
+static bool
+fast_insert_job(const SubmitRequest *req, int64 *job_id)
 {
 	volatile bool inserted = false;
 
-	ROWS_GUARDED(inserted = insert_job(scope, owner_id, idempotency_key, operation, params,
-									   provider, max_attempts, max_attempts_null, job_id));
+	ROWS_GUARDED(inserted = insert_job(req, job_id));
 	return inserted;
 }
 
-/* rows_insert_jobs: see insert_jobs. */
-void
-rows_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
+/* fast_insert_jobs: see insert_jobs. */
+static void
+fast_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 {
 	ROWS_GUARDED(insert_jobs(scope, batch, inserted, job_ids));
 }
 
-/* rows_match_job: see match_job. */
-bool
-rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
-			   Datum params, Datum provider,
-			   Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
+/* fast_match_job: see match_job. */
+static bool
+fast_match_job(const SubmitRequest *req, SubmitMatch *match)
 {
 	volatile bool found = false;
 
-	ROWS_GUARDED(found = match_job(scope, owner_id, idempotency_key, operation, params,
-								   provider, max_attempts, max_attempts_null, match));
+	ROWS_GUARDED(found = match_job(req, match));
 	return found;
 }
 
-/* rows_begin_attempt: see begin_attempt. */
-int64
-rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-				   Datum timeout, Datum attempt_key, bool attempt_key_null,
-				   Datum worker, bool worker_null, TimestampTz started_at)
+/* fast_begin_attempt: see begin_attempt. */
+static int64
+fast_begin_attempt(const BeginRequest *req)
 {
 	volatile int64 id = 0;
 
-	ROWS_GUARDED(id = begin_attempt(job_id, scope, provider, provider_null, timeout,
-									attempt_key, attempt_key_null, worker, worker_null,
-									started_at));
+	ROWS_GUARDED(id = begin_attempt(req));
 	return id;
 }
 
-/* rows_read_for_finish: see read_for_finish. */
-bool
-rows_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
+/* fast_read_for_finish: see read_for_finish. */
+static bool
+fast_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
 					 FinishJob *job)
 {
 	volatile bool found = false;
@@ -613,12 +597,23 @@ rows_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
 	return found;
 }
 
-/* rows_claim_and_swap: see claim_and_swap. */
-ClaimOutcome
-rows_claim_and_swap(const AttemptRow *attempt, Datum result)
+/* fast_claim_and_swap: see claim_and_swap. */
+static ClaimOutcome
+fast_claim_and_swap(const AttemptRow *attempt, Datum result)
 {
 	volatile ClaimOutcome outcome = CLAIM_CHANGED;
 
 	ROWS_GUARDED(outcome = claim_and_swap(attempt, result));
 	return outcome;
 }
+
+/* The fast path's back end of store_backend.h. */
+const StoreBackend fast_path_backend = {
+	.name = "fast path",
+	.insert_job = fast_insert_job,
+	.insert_jobs = fast_insert_jobs,
+	.match_job = fast_match_job,
+	.begin_attempt = fast_begin_attempt,
+	.read_for_finish = fast_read_for_finish,
+	.claim_and_swap = fast_claim_and_swap,
+};

@@ -17,7 +17,8 @@
  * the fast path would skip — a trigger or rule someone added, an unknown
  * or generated column, forced row security, a partition — or a read-only
  * transaction, parallel mode, a nested call, or jobguard.fast_path off
- * makes it say no, and store_dispatch.c runs its SQL instead.
+ * makes it say no, and store_dispatch.c hands the call to the SQL back end
+ * instead.
  *
  *-------------------------------------------------------------------------
  */
@@ -49,34 +50,23 @@
 /* GUC jobguard.fast_path: let calls take the fast path (default on). */
 bool		rows_fast_path = true;
 
-static const KnownColumn job_columns[JOB_COLUMN_COUNT] = {
-	{"id", INT8OID}, {"owner_id", TEXTOID}, {"idempotency_key", TEXTOID},
-	{"operation", TEXTOID}, {"params", JSONBOID}, {"provider", TEXTOID},
-	{"max_attempts", INT4OID}, {"version", INT8OID}, {"completed_by", INT8OID},
-	{"result", JSONBOID}, {"created_at", TIMESTAMPTZOID},
-	{"completed_at", TIMESTAMPTZOID}, {"cancelled_at", TIMESTAMPTZOID},
-	{"cancel_reason", TEXTOID}, {"scope", TEXTOID}, {"previous_job_id", INT8OID},
-	{"replaced_at", TIMESTAMPTZOID}, {"not_before", TIMESTAMPTZOID}
-};
+/* The columns of each table, from store_columns.h's lists. */
+#define KNOWN_COLUMN(e, name, type) [e] = {name, type},
 
-static const KnownColumn attempt_columns[ATT_COLUMN_COUNT] = {
-	{"id", INT8OID}, {"job_id", INT8OID}, {"attempt_no", INT4OID},
-	{"provider", TEXTOID}, {"state", TEXTOID}, {"read_version", INT8OID},
-	{"attempt_key", TEXTOID}, {"started_at", TIMESTAMPTZOID},
-	{"deadline", TIMESTAMPTZOID}, {"finished_at", TIMESTAMPTZOID},
-	{"error", TEXTOID}, {"lost_to", INT8OID}, {"lost_result", JSONBOID},
-	{"cancelled_at", TIMESTAMPTZOID}, {"cancel_reason", TEXTOID},
-	{"worker", TEXTOID}, {"timeout", INTERVALOID}
-};
+static const KnownColumn job_columns[] = {JOBS_COLUMNS(KNOWN_COLUMN)};
+static const KnownColumn attempt_columns[] = {ATTEMPTS_COLUMNS(KNOWN_COLUMN)};
+static const KnownColumn operation_columns[] = {OPERATIONS_COLUMNS(KNOWN_COLUMN)};
+static const KnownColumn certification_columns[] = {CERTIFICATIONS_COLUMNS(KNOWN_COLUMN)};
 
-static const KnownColumn operation_columns[OP_COLUMN_COUNT] = {
-	{"operation", TEXTOID}, {"output_contract", JSONBOID},
-	{"contract_version", INT8OID}
-};
-
-static const KnownColumn certification_columns[CERT_COLUMN_COUNT] = {
-	{"operation", TEXTOID}, {"provider", TEXTOID}, {"revoked_at", TIMESTAMPTZOID}
-};
+/* Each name table has an entry per column of its enum, and no more. */
+StaticAssertDecl(lengthof(job_columns) == JOB_COLUMN_COUNT,
+				 "job_columns and JobColumn disagree");
+StaticAssertDecl(lengthof(attempt_columns) == ATT_COLUMN_COUNT,
+				 "attempt_columns and AttemptColumn disagree");
+StaticAssertDecl(lengthof(operation_columns) == OP_COLUMN_COUNT,
+				 "operation_columns and OperationColumn disagree");
+StaticAssertDecl(lengthof(certification_columns) == CERT_COLUMN_COUNT,
+				 "certification_columns and CertificationColumn disagree");
 
 /* The tables whose invalidation makes the catalog stale. */
 #define WATCHED_TABLES 4
@@ -581,7 +571,8 @@ lock_tables(const RowsCatalog *cat, RowsCall call)
 #define CATALOG_TRIES 5
 
 /*
- * rows_usable: may store_dispatch.c use the fast path (src/rows.c) for this call?
+ * rows_usable: may store_dispatch.c use the fast path (src/rows.c) for a
+ * call that locks these tables?
  * Yes when jobguard.fast_path is on, the transaction may write (a
  * read-only one gets the executor's error from the SQL instead), and the
  * tables, checked under the call's locks, have nothing rows.c would skip.

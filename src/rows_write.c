@@ -34,7 +34,7 @@
 #include "fastpath.h"
 
 /*
- * begin_statement: what starting a statement does for its reads: make this
+ * rows_begin_statement: what starting a statement does for its reads: make this
  * transaction's earlier writes visible, and push the snapshot a statement
  * would take.  Pair with rows_end_statement().
  */
@@ -46,7 +46,7 @@ rows_begin_statement(void)
 	return GetActiveSnapshot();
 }
 
-/* end_statement: pop the snapshot of rows_begin_statement(). */
+/* rows_end_statement: pop the snapshot of rows_begin_statement(). */
 void
 rows_end_statement(void)
 {
@@ -54,7 +54,7 @@ rows_end_statement(void)
 }
 
 /*
- * fetch_by_key: the row of `heap` that `index` finds for the key values,
+ * rows_fetch_by_key: the row of `heap` that `index` finds for the key values,
  * visible to snap, into slot; false if none.  The keys are the index's
  * first nkeys columns; each is compared with its type's equality under the
  * index's collation.  Backward direction returns the row with the highest
@@ -84,7 +84,7 @@ rows_fetch_by_key(Relation heap, Oid indexoid, int nkeys, const Datum *values,
 	return found;
 }
 
-/* fetch_by_id: the row with bigint key `id` through a one-column index. */
+/* rows_fetch_by_id: the row with bigint key `id` through a one-column index. */
 bool
 rows_fetch_by_id(Relation heap, Oid indexoid, int64 id, Snapshot snap,
 			TupleTableSlot *slot)
@@ -96,14 +96,14 @@ rows_fetch_by_id(Relation heap, Oid indexoid, int64 id, Snapshot snap,
 						ForwardScanDirection, snap, slot);
 }
 
-/* col: a column of a fetched row, by attribute number. */
+/* rows_col: a column of a fetched row, by attribute number. */
 Datum
 rows_col(TupleTableSlot *slot, AttrNumber att, bool *isnull)
 {
 	return slot_getattr(slot, att, isnull);
 }
 
-/* col_int64: a bigint column of a fetched row (0 when NULL). */
+/* rows_col_int64: a bigint column of a fetched row (0 when NULL). */
 int64
 rows_col_int64(TupleTableSlot *slot, AttrNumber att, bool *isnull)
 {
@@ -112,7 +112,7 @@ rows_col_int64(TupleTableSlot *slot, AttrNumber att, bool *isnull)
 	return *isnull ? 0 : DatumGetInt64(d);
 }
 
-/* col_text: a text column of a fetched row as a C string, or NULL. */
+/* rows_col_text: a text column of a fetched row as a C string, or NULL. */
 char *
 rows_col_text(TupleTableSlot *slot, AttrNumber att)
 {
@@ -122,7 +122,7 @@ rows_col_text(TupleTableSlot *slot, AttrNumber att)
 	return isnull ? NULL : TextDatumGetCString(d);
 }
 
-/* col_varlena_copy: a varlena column detoasted into our memory, or 0. */
+/* rows_col_varlena_copy: a varlena column detoasted into our memory, or 0. */
 Datum
 rows_col_varlena_copy(TupleTableSlot *slot, AttrNumber att, bool *isnull)
 {
@@ -135,7 +135,7 @@ rows_col_varlena_copy(TupleTableSlot *slot, AttrNumber att, bool *isnull)
 
 
 /*
- * writer_open: open a table for the writes of one statement, an INSERT ...
+ * rows_writer_open: open a table for the writes of one statement, an INSERT ...
  * ON CONFLICT (CMD_INSERT, speculative insertion ready) or an UPDATE, with
  * what the executor checks when it starts such a statement: that the
  * table may take it (CheckValidResultRel: an UPDATE of a table that
@@ -170,7 +170,7 @@ rows_writer_open(RowWriter *w, Oid relid, TableRules *rules, CmdType cmd)
 		rows_rules_defaults(rules, w->rel, w->estate, &w->defaults);
 }
 
-/* writer_close: release what rows_writer_open() took (the lock stays). */
+/* rows_writer_close: release what rows_writer_open() took (the lock stays). */
 void
 rows_writer_close(RowWriter *w)
 {
@@ -181,7 +181,7 @@ rows_writer_close(RowWriter *w)
 	table_close(w->rel, NoLock);
 }
 
-/* new_row_start: an empty row (all NULL, nothing assigned) in new_row. */
+/* rows_new_row_start: an empty row (all NULL, nothing assigned) in new_row. */
 void
 rows_new_row_start(RowWriter *w)
 {
@@ -196,7 +196,7 @@ rows_new_row_start(RowWriter *w)
 	}
 }
 
-/* set: assign one column of the row being built. */
+/* rows_set: assign one column of the row being built. */
 void
 rows_set(RowWriter *w, AttrNumber att, Datum value, bool isnull)
 {
@@ -334,7 +334,7 @@ require_visible_conflict(RowWriter *w, ItemPointer tid, Snapshot snap)
 }
 
 /*
- * insert_unless_conflict: insert new_row unless it conflicts with a row of
+ * rows_insert_unless_conflict: insert new_row unless it conflicts with a row of
  * an arbiter index (NIL: every unique index), the way INSERT ... ON
  * CONFLICT DO NOTHING does: check, insert speculatively, and start over if
  * a concurrent insert of the same key got in between.  Waits for an
@@ -375,7 +375,7 @@ rows_insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap)
 
 
 /*
- * update_if: UPDATE ... WHERE <key> AND <condition>, for the row that the
+ * rows_update_if: UPDATE ... WHERE <key> AND <condition>, for the row that the
  * one-column bigint index finds for id.  The row visible to snap must meet
  * the condition; if it was changed concurrently, READ COMMITTED locks its
  * newest version and checks the condition again (as EvalPlanQual does),
@@ -445,7 +445,7 @@ rows_update_if(RowWriter *w, Oid indexoid, int64 id, Snapshot snap,
 	}
 }
 
-/* now_timestamp: now(), the start of the transaction, as SQL sees it. */
+/* rows_now: now(), the start of the transaction, as SQL sees it. */
 Datum
 rows_now(void)
 {

@@ -1,17 +1,17 @@
 /*-------------------------------------------------------------------------
  *
  * store.h
- *	  The one interface between jobguard's entry points and its tables, and
- *	  the two interchangeable back ends behind it.
+ *	  The one interface between jobguard's entry points and its tables.
  *
- * The entry points call only store_* functions.  store_dispatch.c (with
- * store_sql.c and store_admin.c) implements every one of them with cached
- * SPI plans.  For the hot calls of submit, begin_attempt and finish_attempt
- * store_dispatch.c first asks rows_usable() and, when it may, hands the call to the
- * fast path instead: rows.c reads and writes the same rows through the
- * table access method, under the same rules and locks, and must give
- * exactly the same answers (every test suite runs with jobguard.fast_path
- * on and off to check it).
+ * The entry points call only store_* functions.  The SQL back end
+ * (store_lifecycle.c and store_admin.c, running the statements of
+ * store_sql.c with cached SPI plans) implements every one of them.  For
+ * the hot calls of submit, submit_many, begin_attempt, claim and
+ * finish_attempt, store_dispatch.c may hand the call to the fast path
+ * instead (rows.c: the same rows through the table access method, under
+ * the same rules and locks, with exactly the same answers; every test
+ * suite runs with jobguard.fast_path on and off to check it).  The seam
+ * between the two is store_backend.h.
  *
  * Callers bracket their work with store_connect() and store_finish().
  * Values read from a row stay valid until store_finish().
@@ -29,38 +29,29 @@
 #include "store_rows.h"
 #include "security.h"
 
-/* store_dispatch.c: the connection a call works in, and the hot writes */
+/* store_dispatch.c: the connection a call works in, and the hot calls */
 extern void store_connect(SavedIdentity *caller);
 extern void store_finish(const SavedIdentity *caller);
 extern char *store_keep_string(const char *s);
-extern bool store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key,
-							 Datum operation, Datum params, Datum provider,
-							 Datum max_attempts, bool max_attempts_null,
-							 int64 *job_id);
+extern bool store_insert_job(const SubmitRequest *req, int64 *job_id);
 extern void store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted,
 							  int64 *job_ids);
-extern bool store_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
-							Datum operation, Datum params, Datum provider,
-							Datum max_attempts, bool max_attempts_null,
-							SubmitMatch *match);
-extern bool store_same_identity(int64 job_id, Datum params, Datum identity);
-extern bool store_replace_ended_job(int64 job_id);
-extern bool store_insert_next_job(Datum scope, Datum owner_id, Datum idempotency_key,
-								  Datum operation, Datum params, Datum provider,
-								  Datum max_attempts, bool max_attempts_null,
-								  int64 previous_job_id, int64 *job_id);
-extern bool store_lock_job(int64 job_id, const char *scope, JobRow *job);
-extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
-extern int64 store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-								 Datum timeout, Datum attempt_key,
-								 bool attempt_key_null, Datum worker, bool worker_null,
-								 TimestampTz started_at);
-extern bool store_provider_certified(const char *operation, const char *provider);
-extern bool store_lock_attempt(int64 attempt_id, const char *scope,
-							   AttemptRow *attempt);
+extern bool store_match_job(const SubmitRequest *req, SubmitMatch *match);
+extern int64 store_begin_attempt(const BeginRequest *req);
 extern bool store_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
 								  FinishJob *job);
 extern ClaimOutcome store_claim_and_swap(const AttemptRow *attempt, Datum result);
+
+/* store_lifecycle.c: the rest of a job's life, SQL only */
+extern bool store_same_identity(int64 job_id, Datum params, Datum identity);
+extern bool store_replace_ended_job(int64 job_id);
+extern bool store_insert_next_job(const SubmitRequest *req, int64 previous_job_id,
+								  int64 *job_id);
+extern bool store_lock_job(int64 job_id, const char *scope, JobRow *job);
+extern bool store_last_attempt(int64 job_id, AttemptRow *attempt);
+extern bool store_provider_certified(const char *operation, const char *provider);
+extern bool store_lock_attempt(int64 attempt_id, const char *scope,
+							   AttemptRow *attempt);
 extern bool store_winner_of(int64 job_id, int64 *winner);
 extern bool store_close_attempt(int64 attempt_id, AttemptState from,
 								AttemptState to, const char *error,
@@ -100,42 +91,8 @@ extern int64 store_purge_by_retention(int batch_size);
 extern int	store_retentions(MemoryContext into, char ***operations, TimestampTz **cutoffs);
 extern void store_state_counts(ReturnSetInfo *rsinfo);
 extern void store_stored_state_counts(int64 *counts);
+extern bool store_stored_job_state(int64 job_id, char **state);
 extern int	store_stored_job_gauge(int64 job_id);
 extern void store_invariant_violations(Oid reader, ReturnSetInfo *rsinfo);
-
-/*
- * rows.c, rows_catalog.c: the fast path, the same hot reads and writes
- * without SQL.  Only store_dispatch.c calls the rows_* operations, after
- * rows_usable() said yes; each has the contract of its store_* namesake.
- */
-extern bool rows_fast_path;		/* GUC jobguard.fast_path */
-
-/* The calls that use rows.c, by the tables they lock. */
-typedef enum RowsCall
-{
-	ROWS_SUBMIT,
-	ROWS_BEGIN,
-	ROWS_FINISH
-} RowsCall;
-
-extern bool rows_usable(RowsCall call);
-extern const char *rows_unusable_reason(void);
-extern bool rows_insert_job(Datum scope, Datum owner_id, Datum idempotency_key,
-							Datum operation, Datum params, Datum provider,
-							Datum max_attempts, bool max_attempts_null,
-							int64 *job_id);
-extern void rows_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted,
-							 int64 *job_ids);
-extern bool rows_match_job(Datum scope, Datum owner_id, Datum idempotency_key,
-						   Datum operation, Datum params, Datum provider,
-						   Datum max_attempts, bool max_attempts_null,
-						   SubmitMatch *match);
-extern int64 rows_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-								Datum timeout, Datum attempt_key,
-								bool attempt_key_null, Datum worker, bool worker_null,
-								TimestampTz started_at);
-extern bool rows_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
-								 FinishJob *job);
-extern ClaimOutcome rows_claim_and_swap(const AttemptRow *attempt, Datum result);
 
 #endif							/* JOBGUARD_STORE_H */

@@ -355,6 +355,24 @@ store_stored_state_counts(int64 *counts)
 }
 
 /*
+ * store_stored_job_state: a job's state from the stored attempt states (a
+ * started attempt past its deadline still counts as running), with a fresh
+ * snapshot; false when the job does not exist.  This is the rule of
+ * STORED_JOB_STATE_SQL (store_sql.c), which the suite derived_states
+ * checks against jobguard.job_overview's.
+ */
+bool
+store_stored_job_state(int64 job_id, char **state)
+{
+	Datum		values[1] = {Int64GetDatum(job_id)};
+
+	if (sql_run(STMT_STORED_JOB_STATE, values, NULL) == 0)
+		return false;
+	*state = sql_column_text(1);
+	return true;
+}
+
+/*
  * store_stored_job_gauge: the gauge a job counts in right now (its state
  * from the stored states, fresh snapshot), or GAUGE_NONE when it does not
  * exist.
@@ -362,11 +380,11 @@ store_stored_state_counts(int64 *counts)
 int
 store_stored_job_gauge(int64 job_id)
 {
-	Datum		values[1] = {Int64GetDatum(job_id)};
+	char	   *state;
 
-	if (sql_run(STMT_STORED_JOB_STATE, values, NULL) == 0)
+	if (!store_stored_job_state(job_id, &state))
 		return GAUGE_NONE;
-	return stats_job_gauge_of(sql_column_text(1));
+	return stats_job_gauge_of(state);
 }
 
 /*

@@ -1,15 +1,15 @@
 /*-------------------------------------------------------------------------
  *
  * store_dispatch.c
- *	  The SQL back end of store.h for the calls that write a job's life:
- *	  the connection a call works in, submit's insert and replay, the
- *	  attempt gate, the finish's read and compare-and-swap, and the closing
- *	  writes (fail, mark unknown, cancel).
+ *	  The connection a jobguard call works in (store_connect() and
+ *	  store_finish()), and the choice of back end for the hot calls.
  *
- * The hot calls (insert and match of submit, begin, the finish's read and
- * compare-and-swap) go to the fast path of rows.c when rows_usable() says
- * so; otherwise, and for everything else, the statements of store_sql.c
- * run.  Both give the same answers.
+ * The operations of store_backend.h (submit's insert and replay,
+ * submit_many's insert, begin, the finish's read and compare-and-swap)
+ * each go to the back end store_ops[] chooses: the fast path of rows.c
+ * when rows_usable() says it may serve a call that locks those tables,
+ * otherwise the SQL back end of store_lifecycle.c.  Both give the same
+ * answers.  Every other store_* call is the SQL back end's alone.
  *
  * Callers bracket their work with store_connect() and store_finish().
  * Values read from a row stay valid until store_finish().
@@ -18,15 +18,11 @@
  */
 #include "postgres.h"
 
-#include "catalog/pg_type_d.h"
 #include "executor/spi.h"
-#include "utils/array.h"
-#include "utils/builtins.h"
 
 #include "launcher.h"
-#include "transitions.h"
 #include "store.h"
-#include "store_sql.h"
+#include "store_backend.h"
 
 /*
  * store_connect: open the SPI connection a jobguard call works in, and run
@@ -76,299 +72,78 @@ store_finish(const SavedIdentity *caller)
 		elog(ERROR, "jobguard: SPI_finish failed");
 }
 
-/*
- * scope_datum: a scope as a text parameter; NULL (any scope) as a NULL one.
- */
-static Datum
-scope_datum(const char *scope, char *null_flag)
+/* One operation of the seam: what it is called and the tables it locks. */
+typedef struct StoreOpInfo
 {
-	*null_flag = scope == NULL ? 'n' : ' ';
-	return scope == NULL ? (Datum) 0 : CStringGetTextDatum(scope);
+	const char *name;
+	RowsCall	locks;			/* what rows_usable() checks for it */
+} StoreOpInfo;
+
+/* The operations of store_backend.h, and what decides their back end. */
+static const StoreOpInfo store_ops[STORE_OP_COUNT] = {
+	[STORE_OP_INSERT_JOB] = {"insert job", ROWS_SUBMIT},
+	[STORE_OP_INSERT_JOBS] = {"insert jobs", ROWS_SUBMIT},
+	[STORE_OP_MATCH_JOB] = {"match job", ROWS_SUBMIT},
+	[STORE_OP_BEGIN_ATTEMPT] = {"begin attempt", ROWS_BEGIN},
+	[STORE_OP_READ_FOR_FINISH] = {"read for finish", ROWS_FINISH},
+	[STORE_OP_CLAIM_AND_SWAP] = {"claim and swap", ROWS_FINISH},
+};
+
+/*
+ * backend_for: the back end that serves op in this call: the fast path
+ * when rows_usable() says it may, the SQL statements otherwise.
+ */
+static const StoreBackend *
+backend_for(StoreOp op)
+{
+	Assert(op >= 0 && op < STORE_OP_COUNT && store_ops[op].name != NULL);
+	return rows_usable(store_ops[op].locks) ? &fast_path_backend : &sql_backend;
 }
 
 /*
- * store_insert_job: insert a new job in the scope unless one exists there
- * for the key.  Returns true and the new id when this call created it.
+ * store_insert_job: insert a new job in the request's scope unless one
+ * exists there for the key.  Returns true and the new id when this call
+ * created it.
  */
 bool
-store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
-				 Datum params, Datum provider,
-				 Datum max_attempts, bool max_attempts_null, int64 *job_id)
+store_insert_job(const SubmitRequest *req, int64 *job_id)
 {
-	Datum		values[7] = {owner_id, idempotency_key, operation, params,
-	provider, max_attempts, scope};
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' ', ' '};
-	bool		isnull;
-
-	if (rows_usable(ROWS_SUBMIT))
-		return rows_insert_job(scope, owner_id, idempotency_key, operation, params,
-							   provider, max_attempts, max_attempts_null, job_id);
-	if (sql_run(STMT_INSERT_JOB, values, nulls) == 0)
-		return false;
-	*job_id = sql_column_int64(1, &isnull);
-	return true;
-}
-
-/* same_text: whether two text Datums hold the same bytes. */
-static bool
-same_text(Datum a, Datum b)
-{
-	text	   *ta = DatumGetTextPP(a);
-	text	   *tb = DatumGetTextPP(b);
-
-	return VARSIZE_ANY_EXHDR(ta) == VARSIZE_ANY_EXHDR(tb) &&
-		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
+	return backend_for(STORE_OP_INSERT_JOB)->insert_job(req, job_id);
 }
 
 /*
  * store_insert_jobs: insert the batch's jobs that are not to be skipped,
  * in order, each unless a job exists in the scope for its key (stored, or
  * inserted by an earlier row).  inserted[i] says whether row i created a
- * job, job_ids[i] its id.  One statement (STMT_INSERT_JOBS), or one pass
- * of the fast path.
+ * job, job_ids[i] its id.
  */
 void
 store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 {
-	Datum		values[8];
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
-	Datum	   *wanted = palloc(sizeof(Datum) * Max(batch->count, 1));
-	int			nwanted = 0;
-	uint64		n;
-	int			row = 0;
-
-	if (rows_usable(ROWS_SUBMIT))
-	{
-		rows_insert_jobs(scope, batch, inserted, job_ids);
-		return;
-	}
-	for (int i = 0; i < batch->count; i++)
-	{
-		inserted[i] = false;
-		if (!batch->skip[i])
-			wanted[nwanted++] = Int64GetDatum(i + 1);
-	}
-	memcpy(values, batch->arrays, sizeof(Datum) * 6);
-	if (batch->arrays[5] == (Datum) 0)
-		nulls[5] = 'n';
-	values[6] = scope;
-	values[7] = PointerGetDatum(construct_array(wanted, nwanted, INT8OID, sizeof(int64),
-												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-	n = sql_run(STMT_INSERT_JOBS, values, nulls);
-
-	/*
-	 * RETURNING gives the inserted rows in the order they were inserted,
-	 * the input order: match each to the next row with its key.
-	 */
-	for (uint64 r = 0; r < n; r++)
-	{
-		HeapTuple	tuple = SPI_tuptable->vals[r];
-		TupleDesc	desc = SPI_tuptable->tupdesc;
-		bool		isnull;
-		Datum		owner_id = SPI_getbinval(tuple, desc, 1, &isnull);
-		Datum		key = SPI_getbinval(tuple, desc, 2, &isnull);
-
-		while (row < batch->count &&
-			   (batch->skip[row] || !same_text(batch->owner_ids[row], owner_id) ||
-				!same_text(batch->idempotency_keys[row], key)))
-			row++;
-		if (row == batch->count)
-			elog(ERROR, "jobguard: an inserted job matches no request of the batch");
-		inserted[row] = true;
-		job_ids[row] = DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull));
-		row++;
-	}
+	backend_for(STORE_OP_INSERT_JOBS)->insert_jobs(scope, batch, inserted, job_ids);
 }
 
 /*
- * store_match_job: find the job for (scope, owner_id, idempotency_key) and
- * compare it with the request.  Returns false if there is none (it was
- * removed between the insert and this look-up).
+ * store_match_job: find the job for the request's (scope, owner_id,
+ * idempotency_key) and compare it with the request.  Returns false if
+ * there is none (it was removed between the insert and this look-up).
  */
 bool
-store_match_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
-				Datum params, Datum provider,
-				Datum max_attempts, bool max_attempts_null, SubmitMatch *match)
+store_match_job(const SubmitRequest *req, SubmitMatch *match)
 {
-	Datum		values[7] = {owner_id, idempotency_key, operation, params,
-	provider, max_attempts, scope};
-	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' ', ' '};
-	bool		isnull;
-
-	if (rows_usable(ROWS_SUBMIT))
-		return rows_match_job(scope, owner_id, idempotency_key, operation, params,
-							  provider, max_attempts, max_attempts_null, match);
-	if (sql_run(STMT_MATCH_JOB, values, nulls) == 0)
-		return false;
-	match->job_id = sql_column_int64(1, &isnull);
-	match->same_operation = sql_column_bool(2);
-	match->same_params = sql_column_bool(3);
-	match->same_provider = sql_column_bool(4);
-	match->same_max_attempts = sql_column_bool(5);
-	return true;
+	return backend_for(STORE_OP_MATCH_JOB)->match_job(req, match);
 }
 
 /*
- * store_same_identity: whether job_id's stored params and a request's
- * params agree on the identity keys (see STMT_SAME_IDENTITY).
- */
-bool
-store_same_identity(int64 job_id, Datum params, Datum identity)
-{
-	Datum		values[3] = {Int64GetDatum(job_id), params, identity};
-
-	if (sql_run(STMT_SAME_IDENTITY, values, NULL) == 0)
-		return false;
-	return sql_column_bool(1);
-}
-
-/*
- * store_replace_ended_job: stop a failed or cancelled job from being the
- * live job of its key (see STMT_REPLACE_ENDED_JOB); false when it is not
- * failed or cancelled (any more), or was replaced already.
- */
-bool
-store_replace_ended_job(int64 job_id)
-{
-	Datum		values[1] = {Int64GetDatum(job_id)};
-
-	return sql_run(STMT_REPLACE_ENDED_JOB, values, NULL) == 1;
-}
-
-/*
- * store_insert_next_job: insert the job that follows a replaced one under
- * the same key; false when a concurrent submit inserted it first.  A rare
- * write: the SQL path serves it on both back ends.
- */
-bool
-store_insert_next_job(Datum scope, Datum owner_id, Datum idempotency_key,
-					  Datum operation, Datum params, Datum provider,
-					  Datum max_attempts, bool max_attempts_null,
-					  int64 previous_job_id, int64 *job_id)
-{
-	Datum		values[8] = {owner_id, idempotency_key, operation, params,
-	provider, max_attempts, scope, Int64GetDatum(previous_job_id)};
-	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' ', ' ', ' '};
-	bool		isnull;
-
-	if (sql_run(STMT_INSERT_NEXT_JOB, values, nulls) == 0)
-		return false;
-	*job_id = sql_column_int64(1, &isnull);
-	return true;
-}
-
-/*
- * store_lock_job: lock a job row of the scope (NULL: any) and read it;
- * false if there is none.
- */
-bool
-store_lock_job(int64 job_id, const char *scope, JobRow *job)
-{
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-	bool		isnull;
-	Datum		d;
-
-	values[0] = Int64GetDatum(job_id);
-	values[1] = scope_datum(scope, &nulls[1]);
-	if (sql_run(STMT_LOCK_JOB, values, nulls) == 0)
-		return false;
-	job->id = job_id;
-	job->operation = sql_column_text(1);
-	job->provider = sql_column_text(2);
-	d = sql_column_value(3, &isnull);
-	job->has_max_attempts = !isnull;
-	job->max_attempts = isnull ? 0 : DatumGetInt32(d);
-	job->version = sql_column_int64(4, &isnull);
-	job->completed_by = sql_column_int64(5, &isnull);
-	job->completed = !isnull;
-	job->cancelled = sql_column_bool(6);
-	return true;
-}
-
-/* store_last_attempt: the job's latest attempt; false if it has none. */
-bool
-store_last_attempt(int64 job_id, AttemptRow *attempt)
-{
-	Datum		values[1] = {Int64GetDatum(job_id)};
-
-	if (sql_run(STMT_LAST_ATTEMPT, values, NULL) == 0)
-		return false;
-	sql_read_attempt_row(attempt);
-	return true;
-}
-
-/*
- * store_begin_attempt: begin the job's next attempt if the gate lets it
- * (see STMT_BEGIN_ATTEMPT in store_sql.c); provider NULL means the job's
- * own.  Only a job of the scope (NULL: any).  worker: who claimed it (NULL
- * for an explicit begin).  started_at: when it begins, 0 for now() (a
- * claim that waited for work begins when the work came, not when its
- * transaction started, so that its deadline is a whole timeout away).
- * Returns the new attempt's id, or 0 when refused (or no such job).
+ * store_begin_attempt: begin the job's next attempt if the gate lets it:
+ * the job open, its latest attempt closed, attempts left, a fallback
+ * provider certified.  Returns the new attempt's id, or 0 when refused (or
+ * no such job in the scope).
  */
 int64
-store_begin_attempt(int64 job_id, const char *scope, Datum provider, bool provider_null,
-					Datum timeout, Datum attempt_key, bool attempt_key_null,
-					Datum worker, bool worker_null, TimestampTz started_at)
+store_begin_attempt(const BeginRequest *req)
 {
-	Datum		values[7] = {Int64GetDatum(job_id), provider, attempt_key, timeout,
-	(Datum) 0, worker, TimestampTzGetDatum(started_at)};
-	char		nulls[7] = {' ', provider_null ? 'n' : ' ', attempt_key_null ? 'n' : ' ', ' ', ' ',
-	worker_null ? 'n' : ' ', started_at == 0 ? 'n' : ' '};
-	bool		isnull;
-
-	values[4] = scope_datum(scope, &nulls[4]);
-	if (rows_usable(ROWS_BEGIN))
-		return rows_begin_attempt(job_id, scope, provider, provider_null, timeout,
-								  attempt_key, attempt_key_null, worker, worker_null,
-								  started_at);
-	if (sql_run(STMT_BEGIN_ATTEMPT, values, nulls) == 0)
-		return 0;
-	return sql_column_int64(1, &isnull);
-}
-
-/* store_provider_certified: is the provider certified for the operation? */
-bool
-store_provider_certified(const char *operation, const char *provider)
-{
-	Datum		values[2] = {CStringGetTextDatum(operation),
-	CStringGetTextDatum(provider)};
-
-	return sql_run(STMT_PROVIDER_CERTIFIED, values, NULL) > 0;
-}
-
-/*
- * store_lock_attempt: lock an attempt row of a job of the scope (NULL: any)
- * and read it; false if none.
- */
-bool
-store_lock_attempt(int64 attempt_id, const char *scope, AttemptRow *attempt)
-{
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-
-	values[0] = Int64GetDatum(attempt_id);
-	values[1] = scope_datum(scope, &nulls[1]);
-	if (sql_run(STMT_LOCK_ATTEMPT, values, nulls) == 0)
-		return false;
-	sql_read_attempt_row(attempt);
-	return true;
-}
-
-/* read_finish_job: fill a FinishJob from row 0, FINISH_JOB_COLUMNS at first_col. */
-static void
-read_finish_job(int first_col, FinishJob *job)
-{
-	bool		isnull;
-
-	job->operation = sql_column_text(first_col);
-	job->completed_by = sql_column_int64(first_col + 1, &isnull);
-	job->completed = !isnull;
-	job->result = sql_column_value(first_col + 2, &isnull);
-	job->contract_version = sql_column_int64(first_col + 3, &isnull);
-	job->has_contract = !isnull;
-	job->contract = sql_column_value(first_col + 4, &isnull);
+	return backend_for(STORE_OP_BEGIN_ATTEMPT)->begin_attempt(req);
 }
 
 /*
@@ -380,238 +155,18 @@ bool
 store_read_for_finish(int64 attempt_id, const char *scope, AttemptRow *attempt,
 					  FinishJob *job)
 {
-	Datum		values[2];
-	char		nulls[2] = {' ', ' '};
-
-	values[0] = Int64GetDatum(attempt_id);
-	values[1] = scope_datum(scope, &nulls[1]);
-	if (rows_usable(ROWS_FINISH))
-		return rows_read_for_finish(attempt_id, scope, attempt, job);
-	if (sql_run(STMT_READ_FOR_FINISH, values, nulls) == 0)
-		return false;
-	sql_read_attempt_row(attempt);
-	read_finish_job(ATTEMPT_COLUMN_COUNT + 1, job);
-	return true;
+	return backend_for(STORE_OP_READ_FOR_FINISH)->read_for_finish(attempt_id, scope,
+																  attempt, job);
 }
 
 /*
- * store_claim_and_swap: claim the attempt (still in stored state
- * read_state) and run the compare-and-swap.  Returns CLAIM_CHANGED when
- * the attempt changed since it was read, CLAIM_WON when it took the result
- * slot (and is succeeded), CLAIM_LOST when another attempt had it or the
- * job was cancelled (the attempt must then be marked lost).
+ * store_claim_and_swap: claim the attempt (still in the stored state it
+ * was read in) and run the compare-and-swap.  CLAIM_CHANGED when the
+ * attempt changed since it was read, CLAIM_WON when it took the result
+ * slot, CLAIM_LOST when another attempt had it or the job was cancelled.
  */
 ClaimOutcome
 store_claim_and_swap(const AttemptRow *attempt, Datum result)
 {
-	Datum		values[5] = {Int64GetDatum(attempt->job_id),
-		Int64GetDatum(attempt->read_version), Int64GetDatum(attempt->id), result,
-	CStringGetTextDatum(attempt_state_name(attempt->stored_state))};
-	bool		isnull;
-
-	if (rows_usable(ROWS_FINISH))
-		return rows_claim_and_swap(attempt, result);
-	sql_run(STMT_CLAIM_AND_SWAP, values, NULL);
-	if (sql_column_int64(1, &isnull) == 0)
-		return CLAIM_CHANGED;
-	return sql_column_int64(2, &isnull) == 1 ? CLAIM_WON : CLAIM_LOST;
-}
-
-/*
- * store_winner_of: the attempt holding the job's result slot, read with a
- * fresh snapshot after a lost compare-and-swap.  False when the slot is
- * empty (the job was cancelled).
- */
-bool
-store_winner_of(int64 job_id, int64 *winner)
-{
-	Datum		values[1] = {Int64GetDatum(job_id)};
-	bool		isnull = true;
-
-	if (sql_run(STMT_WINNER_OF, values, NULL) > 0)
-		*winner = sql_column_int64(1, &isnull);
-	return !isnull;
-}
-
-/*
- * store_close_attempt: write an attempt's outcome — failed with error, or
- * lost with lost_to (0 for none) and lost_result — if it is still in stored
- * state `from`.  Returns false when it is not (it changed concurrently).
- */
-bool
-store_close_attempt(int64 attempt_id, AttemptState from, AttemptState to,
-					const char *error, int64 lost_to, Datum lost_result)
-{
-	Datum		values[6] = {Int64GetDatum(attempt_id),
-		CStringGetTextDatum(attempt_state_name(to)),
-		error ? CStringGetTextDatum(error) : (Datum) 0,
-		Int64GetDatum(lost_to), lost_result,
-	CStringGetTextDatum(attempt_state_name(from))};
-	char		nulls[6] = {' ', ' ', error ? ' ' : 'n', lost_to ? ' ' : 'n',
-	lost_result ? ' ' : 'n', ' '};
-
-	return sql_run(STMT_CLOSE_ATTEMPT, values, nulls) == 1;
-}
-
-/* store_mark_unknown: write down that an attempt's outcome is unknown. */
-void
-store_mark_unknown(int64 attempt_id)
-{
-	Datum		values[1] = {Int64GetDatum(attempt_id)};
-
-	sql_run(STMT_MARK_UNKNOWN, values, NULL);
-}
-
-/* store_cancel_attempt: stop waiting for an attempt, with the reason. */
-void
-store_cancel_attempt(int64 attempt_id, Datum reason)
-{
-	Datum		values[2] = {Int64GetDatum(attempt_id), reason};
-
-	sql_run(STMT_CANCEL_ATTEMPT, values, NULL);
-}
-
-/* store_cancel_job: cancel a job and bump its version. */
-void
-store_cancel_job(int64 job_id, Datum reason)
-{
-	Datum		values[2] = {Int64GetDatum(job_id), reason};
-
-	sql_run(STMT_CANCEL_JOB, values, NULL);
-}
-
-/*
- * store_heartbeat: push back the deadline of an attempt the caller holds
- * locked, by extend_by (NULL: the attempt's own timeout); returns the new
- * deadline.
- */
-TimestampTz
-store_heartbeat(int64 attempt_id, Datum extend_by, bool extend_by_null)
-{
-	Datum		values[2] = {Int64GetDatum(attempt_id), extend_by};
-	char		nulls[2] = {' ', extend_by_null ? 'n' : ' '};
-	bool		isnull;
-
-	if (sql_run(STMT_HEARTBEAT, values, nulls) != 1)
-		elog(ERROR, "jobguard: attempt %lld vanished under its lock", (long long) attempt_id);
-	return DatumGetTimestampTz(sql_column_value(1, &isnull));
-}
-
-/*
- * store_retry_policy: the retry backoff of the job's operation (*max NULL
- * when uncapped: max_null set); false when the operation has none.
- */
-bool
-store_retry_policy(int64 job_id, Interval *backoff, Interval *max, bool *max_null)
-{
-	Datum		values[1] = {Int64GetDatum(job_id)};
-	bool		isnull;
-	Datum		d;
-
-	if (sql_run(STMT_RETRY_POLICY, values, NULL) == 0)
-		return false;
-	*backoff = *DatumGetIntervalP(sql_column_value(1, &isnull));
-	d = sql_column_value(2, max_null);
-	if (!*max_null)
-		*max = *DatumGetIntervalP(d);
-	return true;
-}
-
-/*
- * store_set_not_before: claim() begins the job's next attempt no sooner
- * than now() + delay (delay NULL: at once).
- */
-void
-store_set_not_before(int64 job_id, const Interval *delay)
-{
-	Datum		values[2] = {Int64GetDatum(job_id), PointerGetDatum(delay)};
-	char		nulls[2] = {' ', delay == NULL ? 'n' : ' '};
-
-	sql_run(STMT_SET_NOT_BEFORE, values, nulls);
-}
-
-/*
- * store_claim_candidates: lock up to max_jobs runnable jobs of the scope
- * (NULL: any) with ids from from_id on, oldest first, skipping those
- * locked by anyone else (see
- * STMT_CLAIM_CANDIDATES); their ids go to ids[], the count is returned.
- * operations NULL: any operation; provider NULL: each job's own.
- */
-int
-store_claim_candidates(const char *scope, Datum operations, bool operations_null,
-					   TimestampTz now, Datum provider, bool provider_null,
-					   int max_jobs, int64 from_id, int64 *ids)
-{
-	Datum		values[6] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
-	Int32GetDatum(max_jobs), Int64GetDatum(from_id)};
-	char		nulls[6] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' '};
-	uint64		n;
-
-	values[0] = scope_datum(scope, &nulls[0]);
-	n = sql_run(STMT_CLAIM_CANDIDATES, values, nulls);
-	for (uint64 i = 0; i < n; i++)
-	{
-		bool		isnull;
-
-		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
-											 1, &isnull));
-	}
-	return (int) n;
-}
-
-/*
- * store_claim_floor: the id from which claims need to search for runnable
- * jobs (see STMT_CLAIM_FLOOR), from the current snapshot.
- */
-int64
-store_claim_floor(void)
-{
-	bool		isnull;
-
-	sql_run(STMT_CLAIM_FLOOR, NULL, NULL);
-	return sql_column_int64(1, &isnull);
-}
-
-/* One row claim() returns, with the job it is for. */
-typedef struct ClaimedRow
-{
-	int64		job_id;
-	HeapTuple	tuple;
-} ClaimedRow;
-
-/* claimed_row_order: qsort order of claimed rows, oldest job first. */
-static int
-claimed_row_order(const void *a, const void *b)
-{
-	int64		ja = ((const ClaimedRow *) a)->job_id;
-	int64		jb = ((const ClaimedRow *) b)->job_id;
-
-	return ja < jb ? -1 : ja > jb;
-}
-
-/*
- * store_put_claimed: the rows claim() returns for the attempts begun
- * (ids, count of them), oldest job first, into the materialized result.
- */
-void
-store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo)
-{
-	ClaimedRow *rows = palloc(sizeof(ClaimedRow) * count);
-	int			n = 0;
-
-	for (int i = 0; i < count; i++)
-	{
-		Datum		values[1] = {Int64GetDatum(ids[i])};
-		bool		isnull;
-
-		if (sql_run(STMT_CLAIMED, values, NULL) == 0)
-			continue;
-		rows[n].job_id = sql_column_int64(2, &isnull);
-		rows[n].tuple = SPI_tuptable->vals[0];
-		n++;
-	}
-	qsort(rows, n, sizeof(ClaimedRow), claimed_row_order);
-	for (int i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, rows[i].tuple);
-	pfree(rows);
+	return backend_for(STORE_OP_CLAIM_AND_SWAP)->claim_and_swap(attempt, result);
 }

@@ -14,7 +14,9 @@
 
 #include "utils/timestamp.h"
 
-/* The attempt states of SPEC.md, in the order of the state table. */
+#include "store_columns.h"
+
+/* The attempt states of doc/reference.md, in the order of its state table. */
 typedef enum AttemptState
 {
 	ATTEMPT_STARTED,
@@ -26,6 +28,13 @@ typedef enum AttemptState
 } AttemptState;
 
 #define ATTEMPT_STATE_COUNT (ATTEMPT_FAILED + 1)
+
+/* attempt_states.c: the states' names, and the effective state */
+extern AttemptState attempt_state_from_name(const char *name);
+extern const char *attempt_state_name(AttemptState state);
+extern bool attempt_state_is_open(AttemptState state);
+extern AttemptState attempt_effective_state(AttemptState stored, TimestampTz deadline,
+											TimestampTz now);
 
 /* A job row as begin_attempt() and cancel_job() need it. */
 typedef struct JobRow
@@ -95,6 +104,37 @@ typedef struct SubmitMatch
 } SubmitMatch;
 
 /*
+ * One submit as the back ends insert and match it: the job columns of
+ * SUBMIT_COLUMNS (store_columns.h) by SubmitColumn, the scope among them.
+ * Only max_attempts may be NULL.
+ */
+typedef struct SubmitRequest
+{
+	Datum		values[SUBMIT_COLUMN_COUNT];
+	bool		nulls[SUBMIT_COLUMN_COUNT];
+} SubmitRequest;
+
+/*
+ * One begin of an attempt (begin_attempt, or a claim): the job, in the
+ * caller's scope (NULL: any); the provider (NULL: the job's own); the
+ * timeout; the caller's attempt key and worker name (either may be NULL);
+ * started_at, 0 for now().
+ */
+typedef struct BeginRequest
+{
+	int64		job_id;
+	const char *scope;
+	Datum		provider;
+	bool		provider_null;
+	Datum		timeout;
+	Datum		attempt_key;
+	bool		attempt_key_null;
+	Datum		worker;
+	bool		worker_null;
+	TimestampTz started_at;
+} BeginRequest;
+
+/*
  * Many submits at once (submit_many): the requests, column by column, and
  * which of them to leave out (refused before they reached the table).
  */
@@ -109,7 +149,8 @@ typedef struct JobBatch
 	const Datum *max_attempts;
 	const bool *max_attempts_null;
 	const bool *skip;
-	Datum		arrays[6];		/* the same as the arrays given (max_attempts: 0 if none) */
+	Datum		arrays[SUBMIT_SCOPE];	/* the arrays given, by SubmitColumn
+										 * (max_attempts: 0 if none) */
 } JobBatch;
 
 #endif							/* JOBGUARD_STORE_ROWS_H */

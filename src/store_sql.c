@@ -9,8 +9,8 @@
  * caller's search_path cannot redirect anything.  The compare-and-swap that
  * decides which attempt wins a job is STMT_CLAIM_AND_SWAP below.
  *
- * store_dispatch.c and store_admin.c run these statements for the store_* functions
- * of store.h.
+ * store_lifecycle.c and store_admin.c run these statements for the store_*
+ * functions of store.h.
  *
  *-------------------------------------------------------------------------
  */
@@ -23,7 +23,6 @@
 #include "utils/plancache.h"
 #include "utils/resowner.h"
 
-#include "transitions.h"
 #include "store_sql.h"
 
 #define MAX_STATEMENT_ARGS 8
@@ -84,18 +83,25 @@ typedef struct StatementDef
 	bool		whole_tables;	/* reads whole tables: no index-only planning */
 } StatementDef;
 
-/*
- * The columns every attempt query returns, in this order, so that one
- * reader (sql_read_attempt_row) serves all of them.
- */
-#define ATTEMPT_COLUMNS \
-	"a.id, a.job_id, a.attempt_no, a.provider, a.state," \
-	" jobguard.attempt_state(a.state, a.deadline)," \
-	" a.read_version, a.deadline, a.attempt_key, a.lost_result"
+/* The columns every attempt query returns (ATTEMPT_ROW_COLUMNS, store_sql.h). */
+#define ATTEMPT_COLUMNS ATTEMPT_ROW_COLUMNS(ATTEMPT_ROW_SQL_, ", ")
 
 /* The job columns a finish needs, in the order read_finish_job reads them. */
 #define FINISH_JOB_COLUMNS \
 	"j.operation, j.completed_by, j.result, o.contract_version, o.output_contract"
+
+/*
+ * The statements of a submit take the request's columns as $1, $2, ... in
+ * the order of SUBMIT_COLUMNS (store_columns.h), their column lists and
+ * argument types generated from it.  Those that name a parameter by number
+ * assert here that the list still has it there: STMT_MATCH_JOB (operation
+ * $3 to scope $7), STMT_INSERT_JOBS (the arrays $1 to $6, the scope $7,
+ * the positions $8) and STMT_INSERT_NEXT_JOB (previous_job_id $8).
+ */
+SUBMIT_COLUMNS_CHECK()
+StaticAssertDecl(SUBMIT_COLUMN_COUNT == 7 && SUBMIT_SCOPE == 6 && SUBMIT_OPERATION == 2 &&
+				 SUBMIT_PARAMS == 3 && SUBMIT_PROVIDER == 4 && SUBMIT_MAX_ATTEMPTS == 5,
+				 "the submit statements name their parameters by these numbers");
 
 static const StatementDef statements[STMT_COUNT] = {
 	/*
@@ -106,11 +112,11 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INSERT_JOB] = {
 		"insert job",
 		"INSERT INTO jobguard.jobs AS j"
-		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7)"
+		" (" SUBMIT_COLUMN_NAMES ")"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ")"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
-		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
+		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/*
@@ -122,7 +128,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INSERT_JOBS] = {
 		"insert jobs",
 		"INSERT INTO jobguard.jobs AS j"
-		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
+		" (" SUBMIT_COLUMN_NAMES ")"
 		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7"
 		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
 		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6))"
@@ -149,7 +155,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" AND j.owner_id OPERATOR(pg_catalog.=) $1"
 		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2"
 		" AND j.replaced_at IS NULL",
-		7, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID},
+		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
 		SPI_OK_SELECT, false
 	},
 	/*
@@ -392,7 +398,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * index jobs_claim_order holds just those), no open attempt, attempts
 	 * left, not_before passed ($3), of scope $1 (NULL: any) and of an
 	 * operation in $2 (NULL: any), from id $6 on (the claim floor: no job
-	 * with a lower id is claimable; see notifier_claim_floor()).  A
+	 * with a lower id is claimable; see claim_floor()).  A
 	 * provider $4 runs the jobs that are
 	 * its own, and — where it is certified for the operation — the jobs
 	 * whose latest attempt was cancelled or failed (a failover).  Then
@@ -450,7 +456,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/*
-	 * The claim floor (see notifier_claim_floor()): the oldest job not
+	 * The claim floor (see claim_floor()): the oldest job not
 	 * succeeded or cancelled that has no open attempt and attempts left
 	 * (claimable but for the operations, provider and backoff a claim may
 	 * name, which change without a commit or are the claim's own).  With
@@ -713,12 +719,11 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INSERT_NEXT_JOB] = {
 		"insert next job",
 		"INSERT INTO jobguard.jobs AS j"
-		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope,"
-		"  previous_job_id)"
-		" VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+		" (" SUBMIT_COLUMN_NAMES ", previous_job_id)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8)"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
-		8, {TEXTOID, TEXTOID, TEXTOID, JSONBOID, TEXTOID, INT4OID, TEXTOID, INT8OID},
+		SUBMIT_COLUMN_COUNT + 1, {SUBMIT_COLUMN_TYPES, INT8OID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/* The operations with a retention, for purge() without a cut-off. */
@@ -897,16 +902,16 @@ sql_read_attempt_row(AttemptRow *attempt)
 {
 	bool		isnull;
 
-	attempt->id = sql_column_int64(1, &isnull);
-	attempt->job_id = sql_column_int64(2, &isnull);
-	attempt->attempt_no = DatumGetInt32(sql_column_value(3, &isnull));
-	attempt->provider = sql_column_text(4);
-	attempt->stored_state = attempt_state_from_name(sql_column_text(5));
-	attempt->state = attempt_state_from_name(sql_column_text(6));
-	attempt->read_version = sql_column_int64(7, &isnull);
-	attempt->deadline = DatumGetTimestampTz(sql_column_value(8, &isnull));
-	attempt->attempt_key = sql_column_text(9);
-	attempt->lost_result = sql_column_value(10, &isnull);
+	attempt->id = sql_column_int64(AROW_ID + 1, &isnull);
+	attempt->job_id = sql_column_int64(AROW_JOB_ID + 1, &isnull);
+	attempt->attempt_no = DatumGetInt32(sql_column_value(AROW_ATTEMPT_NO + 1, &isnull));
+	attempt->provider = sql_column_text(AROW_PROVIDER + 1);
+	attempt->stored_state = attempt_state_from_name(sql_column_text(AROW_STORED_STATE + 1));
+	attempt->state = attempt_state_from_name(sql_column_text(AROW_STATE + 1));
+	attempt->read_version = sql_column_int64(AROW_READ_VERSION + 1, &isnull);
+	attempt->deadline = DatumGetTimestampTz(sql_column_value(AROW_DEADLINE + 1, &isnull));
+	attempt->attempt_key = sql_column_text(AROW_ATTEMPT_KEY + 1);
+	attempt->lost_result = sql_column_value(AROW_LOST_RESULT + 1, &isnull);
 	if (isnull)
 		attempt->lost_result = (Datum) 0;
 }

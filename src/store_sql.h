@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * store_sql.h
- *	  What the files of the SQL back end share (private to store_dispatch.c,
- *	  store_admin.c and store_sql.c): the statements by number, and how to
- *	  run one and read its result.
+ *	  What the files of the SQL back end share (private to
+ *	  store_lifecycle.c, store_admin.c and store_sql.c): the statements by
+ *	  number, and how to run one and read its result.
  *
  *-------------------------------------------------------------------------
  */
@@ -60,8 +60,32 @@ typedef enum StatementId
 	STMT_COUNT
 } StatementId;
 
-/* How many columns ATTEMPT_COLUMNS (store_sql.c) returns. */
-#define ATTEMPT_COLUMN_COUNT 10
+/*
+ * The columns every attempt query returns, in this order, so that one
+ * reader (sql_read_attempt_row) serves all of them: X(position, SQL).
+ * ATTEMPT_COLUMNS (store_sql.c) is their SQL, AttemptRowColumn their
+ * positions (0-based; SPI's column numbers are one more).
+ */
+#define ATTEMPT_ROW_COLUMNS(X, SEP) \
+	X(AROW_ID, "a.id") SEP \
+	X(AROW_JOB_ID, "a.job_id") SEP \
+	X(AROW_ATTEMPT_NO, "a.attempt_no") SEP \
+	X(AROW_PROVIDER, "a.provider") SEP \
+	X(AROW_STORED_STATE, "a.state") SEP \
+	X(AROW_STATE, "jobguard.attempt_state(a.state, a.deadline)") SEP \
+	X(AROW_READ_VERSION, "a.read_version") SEP \
+	X(AROW_DEADLINE, "a.deadline") SEP \
+	X(AROW_ATTEMPT_KEY, "a.attempt_key") SEP \
+	X(AROW_LOST_RESULT, "a.lost_result")
+
+#define ATTEMPT_ROW_ENUM_(e, sql) e
+#define ATTEMPT_ROW_SQL_(e, sql) sql
+
+typedef enum AttemptRowColumn
+{
+	ATTEMPT_ROW_COLUMNS(ATTEMPT_ROW_ENUM_, STORE_COLUMNS_COMMA),
+	ATTEMPT_COLUMN_COUNT		/* how many ATTEMPT_COLUMNS returns */
+} AttemptRowColumn;
 
 extern uint64 sql_run(StatementId id, Datum *values, const char *nulls);
 extern Datum sql_column_value(int col, bool *isnull);

@@ -24,7 +24,7 @@
 
 #include "args.h"
 #include "errcodes.h"
-#include "notify_worker.h"
+#include "claim_floor.h"
 #include "policies.h"
 #include "metrics.h"
 #include "store.h"
@@ -89,18 +89,24 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		   Datum params, Datum provider, Datum max_attempts, bool max_attempts_null,
 		   int64 *job_id, SubmitMatch *match)
 {
+	SubmitRequest req = {
+		.values = {[SUBMIT_OWNER_ID] = owner_id, [SUBMIT_IDEMPOTENCY_KEY] = idempotency_key,
+			[SUBMIT_OPERATION] = operation, [SUBMIT_PARAMS] = params,
+			[SUBMIT_PROVIDER] = provider, [SUBMIT_MAX_ATTEMPTS] = max_attempts,
+		[SUBMIT_SCOPE] = scope},
+		.nulls = {[SUBMIT_MAX_ATTEMPTS] = max_attempts_null},
+	};
+
 	for (int tries = 1;; tries++)
 	{
-		if (store_insert_job(scope, owner_id, idempotency_key, operation, params,
-							 provider, max_attempts, max_attempts_null, job_id))
+		if (store_insert_job(&req, job_id))
 		{
 			stats_count(STAT_SUBMITS_CREATED);
 			stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-			notifier_work_ready(*job_id);
+			claim_work_ready(*job_id);
 			return SUBMIT_CREATED;
 		}
-		if (store_match_job(scope, owner_id, idempotency_key, operation, params,
-							provider, max_attempts, max_attempts_null, match))
+		if (store_match_job(&req, match))
 		{
 			KeyPolicy	policy;
 			bool		has_policy = policy_of(TextDatumGetCString(operation), &policy);
@@ -131,13 +137,11 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 
 				if (store_replace_ended_job(match->job_id))
 				{
-					if (store_insert_next_job(scope, owner_id, idempotency_key, operation,
-											  params, provider, max_attempts,
-											  max_attempts_null, match->job_id, job_id))
+					if (store_insert_next_job(&req, match->job_id, job_id))
 					{
 						stats_count(STAT_SUBMITS_CREATED);
 						stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-						notifier_work_ready(*job_id);
+						claim_work_ready(*job_id);
 						return SUBMIT_CREATED;
 					}
 					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
@@ -149,8 +153,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 				 * racing resubmit replaced it first — then its new job is
 				 * the live one, and this call starts over to meet it.
 				 */
-				if (store_match_job(scope, owner_id, idempotency_key, operation, params,
-									provider, max_attempts, max_attempts_null, &now) &&
+				if (store_match_job(&req, &now) &&
 					now.job_id != match->job_id)
 				{
 					if (tries >= SUBMIT_MAX_TRIES)
@@ -426,7 +429,7 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 			{
 				stats_count(STAT_SUBMITS_CREATED);
 				stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-				notifier_work_ready(job_ids[i]);
+				claim_work_ready(job_ids[i]);
 			}
 			else				/* a job has the key: what submit() would answer */
 				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],

@@ -5,6 +5,12 @@
  *	  jobguard.database that writes 'unknown' for started attempts past
  *	  their deadline, every jobguard.sweep_interval, in small batches.
  *
+ * Its duties are in one table, duties[], each run through one error
+ * wrapper (run_duty): the sweep itself, the computation of the claim
+ * floor (claim_floor.c), and the purge by retention (jobguard.purge_
+ * interval).  To add a duty: a function doing one round of it, a function
+ * saying when it is due, and a row in duties[].
+ *
  * The derived state is the truth either way (jobguard.attempt_state()
  * treats an overdue started attempt as unknown everywhere); the sweeper
  * only makes the stored state match it, so that overdue attempts are
@@ -36,8 +42,8 @@
 #include "utils/snapmgr.h"
 #include "utils/varlena.h"
 
+#include "claim_floor.h"
 #include "launcher.h"
-#include "notify_worker.h"
 #include "store.h"
 #include "sweeper.h"
 
@@ -137,128 +143,156 @@ sweep_batch(void)
 }
 
 /*
- * sweep: mark every overdue attempt unknown, batch after batch.  An error
- * is logged and the transaction aborted; the next interval tries again, so
- * a broken sweep never takes the worker down.
+ * sweep: mark every overdue attempt unknown, batch after batch.
  */
 static void
-sweep(void)
+sweep(MemoryContext round)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-
-	PG_TRY();
-	{
-		while (sweep_batch() >= (uint64) sweep_batch_size)
-			CHECK_FOR_INTERRUPTS();
-	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		EmitErrorReport();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		pgstat_report_activity(STATE_IDLE, NULL);
-	}
-	PG_END_TRY();
+	while (sweep_batch() >= (uint64) sweep_batch_size)
+		CHECK_FOR_INTERRUPTS();
 }
 
 /*
  * refresh_claim_floor: compute the claim floor of this database from the
- * table and publish it (see notifier_claim_floor()).  The commits counted
- * before the snapshot tell whether one may have made work runnable that
- * the snapshot does not see.  Errors are logged, as in sweep().
- *
- * The computation reads the jobs in flight, those that used every attempt
- * and the dead entries older than the first claimable job; with very many
- * of those it takes long, so it runs again only after ten times its last
- * duration has passed (at most a tenth of the worker's time), whatever
- * the interval.
+ * table and publish it (see claim_floor.c).  The commits counted before
+ * the snapshot tell whether one may have made work runnable that the
+ * snapshot does not see.
  */
 static void
-refresh_claim_floor(void)
+refresh_claim_floor(MemoryContext round)
 {
-	static TimestampTz last_start = 0;
-	static long last_ms = 0;
-	MemoryContext cxt = CurrentMemoryContext;
+	uint64		lowerings = claim_floor_lowerings();
 
-	if (!TimestampDifferenceExceeds(last_start, GetCurrentTimestamp(), (int) Min(last_ms * 10, INT_MAX)))
-		return;
-	last_start = GetCurrentTimestamp();
-	PG_TRY();
+	if (begin_work("jobguard: computing the claim floor"))
 	{
-		uint64		lowerings = notifier_floor_lowerings();
+		SavedIdentity caller;	/* restored by store_finish() */
+		int64		floor;
 
-		if (begin_work("jobguard: computing the claim floor"))
-		{
-			SavedIdentity caller;	/* restored by store_finish() */
-			int64		floor;
-
-			store_connect(&caller);
-			floor = store_claim_floor();
-			store_finish(&caller);
-			end_work();
-			notifier_publish_claim_floor(floor, lowerings);
-		}
-		last_ms = TimestampDifferenceMilliseconds(last_start, GetCurrentTimestamp());
+		store_connect(&caller);
+		floor = store_claim_floor();
+		store_finish(&caller);
+		end_work();
+		claim_floor_publish(floor, lowerings);
 	}
-	PG_CATCH();
-	{
-		MemoryContextSwitchTo(cxt);
-		EmitErrorReport();
-		FlushErrorState();
-		AbortCurrentTransaction();
-		pgstat_report_activity(STATE_IDLE, NULL);
-	}
-	PG_END_TRY();
 }
 
 /*
  * purge_by_retention: remove each operation's ended jobs older than its
  * key policy's retention, one page of purge_batch_size jobs per
- * transaction, so that no transaction holds a whole purge.  Errors are
- * logged and the next round tries again, as in sweep().
+ * transaction, so that no transaction holds a whole purge.  The policies
+ * are read into round, which outlives the transactions.
  */
 static void
-purge_by_retention(void)
+purge_by_retention(MemoryContext round)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	MemoryContext round = AllocSetContextCreate(cxt, "jobguard purge round",
-												ALLOCSET_SMALL_SIZES);
+	SavedIdentity caller;		/* restored by store_finish() */
+	char	  **operations;
+	TimestampTz *cutoffs;
+	int			n = 0;
 
-	PG_TRY();
+	if (begin_work("jobguard: reading the key policies' retention"))
 	{
-		SavedIdentity caller;	/* restored by store_finish() */
-		char	  **operations;
-		TimestampTz *cutoffs;
-		int			n = 0;
+		store_connect(&caller);
+		n = store_retentions(round, &operations, &cutoffs);
+		store_finish(&caller);
+		end_work();
+	}
+	for (int i = 0; i < n; i++)
+	{
+		int64		after = 0;
+		int64		deleted = 0;
+		bool		more = true;
 
-		if (begin_work("jobguard: reading the key policies' retention"))
+		while (more && begin_work("jobguard: purging by retention"))
 		{
 			store_connect(&caller);
-			n = store_retentions(round, &operations, &cutoffs);
+			more = store_purge_page(cutoffs[i], purge_batch_size, operations[i],
+									&after, &deleted);
 			store_finish(&caller);
 			end_work();
+			CHECK_FOR_INTERRUPTS();
 		}
-		for (int i = 0; i < n; i++)
-		{
-			int64		after = 0;
-			int64		deleted = 0;
-			bool		more = true;
+		if (deleted > 0)
+			ereport(LOG,
+					(errmsg("jobguard purged %lld jobs of operation \"%s\" older than its retention",
+							(long long) deleted, operations[i])));
+	}
+}
 
-			while (more && begin_work("jobguard: purging by retention"))
-			{
-				store_connect(&caller);
-				more = store_purge_page(cutoffs[i], purge_batch_size, operations[i],
-										&after, &deleted);
-				store_finish(&caller);
-				end_work();
-				CHECK_FOR_INTERRUPTS();
-			}
-			if (deleted > 0)
-				ereport(LOG,
-						(errmsg("jobguard purged %lld jobs of operation \"%s\" older than its retention",
-								(long long) deleted, operations[i])));
-		}
+/* When each duty last ran (0: never), and how long its last full run took. */
+typedef struct DutyState
+{
+	TimestampTz last_start;
+	TimestampTz last_end;
+	long		last_ms;
+} DutyState;
+
+/*
+ * The duties' schedules.  sweep_due: every round.  claim_floor_due: the
+ * computation reads the jobs in flight, those that used every attempt and
+ * the dead entries older than the first claimable job; with very many of
+ * those it takes long, so it runs again only after ten times its last
+ * duration has passed (at most a tenth of the worker's time), whatever
+ * the interval.  purge_due: every jobguard.purge_interval from the end of
+ * the last purge, when that is not 0.
+ */
+/* sweep_due: the sweep runs every round. */
+static bool
+sweep_due(const DutyState *state, TimestampTz now)
+{
+	return true;
+}
+
+/* claim_floor_due: ten times its last duration after it last started. */
+static bool
+claim_floor_due(const DutyState *state, TimestampTz now)
+{
+	return TimestampDifferenceExceeds(state->last_start, now,
+									  (int) Min(state->last_ms * 10, INT_MAX));
+}
+
+/* purge_due: jobguard.purge_interval after the last purge ended, unless 0. */
+static bool
+purge_due(const DutyState *state, TimestampTz now)
+{
+	return purge_interval_ms > 0 &&
+		TimestampDifferenceExceeds(state->last_end, now, purge_interval_ms);
+}
+
+/* One duty of the sweeper: what it is, when it is due, and its work. */
+typedef struct SweeperDuty
+{
+	const char *name;			/* what it does, for a reader */
+	bool		(*due) (const DutyState *state, TimestampTz now);
+	void		(*run) (MemoryContext round);
+} SweeperDuty;
+
+/* Everything the sweeper does, in the order of a round. */
+static const SweeperDuty duties[] = {
+	{"sweep overdue attempts", sweep_due, sweep},
+	{"compute the claim floor", claim_floor_due, refresh_claim_floor},
+	{"purge by retention", purge_due, purge_by_retention},
+};
+
+/*
+ * run_duty: run one duty if it is due.  An error is logged and its
+ * transaction aborted; the duty runs again when next due, so a broken
+ * duty never takes the worker (or the other duties) down.  round holds
+ * what the duty keeps across its transactions, and is reset after it.
+ */
+static void
+run_duty(const SweeperDuty *duty, DutyState *state, MemoryContext round)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	TimestampTz start = GetCurrentTimestamp();
+
+	if (!duty->due(state, start))
+		return;
+	state->last_start = start;
+	PG_TRY();
+	{
+		duty->run(round);
+		state->last_ms = TimestampDifferenceMilliseconds(start, GetCurrentTimestamp());
 	}
 	PG_CATCH();
 	{
@@ -269,7 +303,8 @@ purge_by_retention(void)
 		pgstat_report_activity(STATE_IDLE, NULL);
 	}
 	PG_END_TRY();
-	MemoryContextDelete(round);
+	state->last_end = GetCurrentTimestamp();
+	MemoryContextReset(round);
 }
 
 /*
@@ -302,7 +337,8 @@ void
 jobguard_sweeper_main(Datum main_arg)
 {
 	char		dbname[BGW_EXTRALEN];
-	TimestampTz last_purge = 0;	/* never: the first round purges */
+	DutyState	states[lengthof(duties)] = {{0}};	/* never: all are due */
+	MemoryContext round;
 
 	strlcpy(dbname, MyBgworkerEntry->bgw_extra, BGW_EXTRALEN);
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
@@ -325,6 +361,8 @@ jobguard_sweeper_main(Datum main_arg)
 			(errmsg("jobguard sweeper started for database \"%s\"", dbname),
 			 errdetail("Sweeping every %d ms, %d attempts per transaction.",
 					   sweep_interval_ms, sweep_batch_size)));
+	round = AllocSetContextCreate(TopMemoryContext, "jobguard sweeper round",
+								  ALLOCSET_SMALL_SIZES);
 
 	for (;;)
 	{
@@ -334,14 +372,8 @@ jobguard_sweeper_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		sweep();
-		refresh_claim_floor();
-		if (purge_interval_ms > 0 &&
-			TimestampDifferenceExceeds(last_purge, GetCurrentTimestamp(), purge_interval_ms))
-		{
-			purge_by_retention();
-			last_purge = GetCurrentTimestamp();
-		}
+		for (int i = 0; i < (int) lengthof(duties); i++)
+			run_duty(&duties[i], &states[i], round);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sweep_interval_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

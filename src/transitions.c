@@ -1,16 +1,16 @@
 /*-------------------------------------------------------------------------
  *
  * transitions.c
- *	  The state rules of jobguard: which attempt states exist, which are
- *	  open, which call may move an attempt out of which state, and the gate
- *	  that decides whether a job may begin another attempt.
+ *	  The state rules of jobguard (doc/reference.md, "Attempts" and
+ *	  "States"): which call may move an attempt out of which state, and the
+ *	  gate that decides whether a job may begin another attempt.
  *
  * Nothing here touches a table.  The callers read the rows first (locked,
  * or to be written only on condition that they have not changed) and pass
  * them in; these functions only decide, and raise the caller-facing error
- * (JG002, JG003, JG005, JG006) when the answer is no.  The effective state
- * (a started attempt past its deadline is unknown) is computed in SQL by
- * jobguard.attempt_state() when store_sql.c reads the row.
+ * (JG002, JG003, JG005, JG006) when the answer is no.  The states
+ * themselves, and the effective state (a started attempt past its deadline
+ * is unknown), are attempt_states.c's.
  *
  *-------------------------------------------------------------------------
  */
@@ -20,25 +20,10 @@
 #include "transitions.h"
 #include "metrics.h"
 
-/* One attempt state: its SQL name and whether it blocks a new attempt. */
-typedef struct AttemptStateInfo
-{
-	const char *name;
-	bool		open;
-} AttemptStateInfo;
-
-static const AttemptStateInfo attempt_states[ATTEMPT_STATE_COUNT] = {
-	[ATTEMPT_STARTED] = {"started", true},
-	[ATTEMPT_UNKNOWN] = {"unknown", true},
-	[ATTEMPT_CANCELLED] = {"cancelled", false},
-	[ATTEMPT_SUCCEEDED] = {"succeeded", false},
-	[ATTEMPT_LOST] = {"lost", false},
-	[ATTEMPT_FAILED] = {"failed", false},
-};
-
 /*
- * The transition table of SPEC.md: allowed_from[action][state] is true when
- * the action may be applied to an attempt in that (effective) state.
+ * The transition table of doc/reference.md ("Attempts"):
+ * allowed_from[action][state] is true when the action may be applied to an
+ * attempt in that (effective) state.
  * finish_attempt() answers replays on succeeded and lost attempts itself
  * before it asks, so those are not transitions here.
  */
@@ -69,37 +54,6 @@ static const char *const action_verbs[] = {
 	[ACTION_CANCEL] = "cancelled",
 	[ACTION_HEARTBEAT] = "extended by a heartbeat",
 };
-
-/*
- * attempt_state_from_name: the AttemptState of a stored state name.  The
- * table's CHECK constraint allows only these, so anything else is a bug.
- */
-AttemptState
-attempt_state_from_name(const char *name)
-{
-	for (int i = 0; i < ATTEMPT_STATE_COUNT; i++)
-	{
-		if (strcmp(attempt_states[i].name, name) == 0)
-			return (AttemptState) i;
-	}
-	elog(ERROR, "unrecognized attempt state \"%s\"", name);
-	return ATTEMPT_FAILED;		/* keep compiler quiet */
-}
-
-/* attempt_state_name: the SQL name of an attempt state. */
-const char *
-attempt_state_name(AttemptState state)
-{
-	Assert(state >= 0 && state < ATTEMPT_STATE_COUNT);
-	return attempt_states[state].name;
-}
-
-/* attempt_state_is_open: true for started and unknown, which block the gate. */
-bool
-attempt_state_is_open(AttemptState state)
-{
-	return attempt_states[state].open;
-}
 
 /*
  * require_transition: raise JG006 unless the action is allowed from the

@@ -1,9 +1,9 @@
 /*-------------------------------------------------------------------------
  *
  * transitions.h
- *	  The state rules of SPEC.md (transitions.c): the names of the attempt
- *	  states, the transitions each call may make, and the gate that lets a
- *	  new attempt begin.
+ *	  The state rules of doc/reference.md (transitions.c): the transitions
+ *	  each call may make, and the gate that lets a new attempt begin (the
+ *	  states themselves are store_rows.h's).
  *
  *-------------------------------------------------------------------------
  */
@@ -22,9 +22,6 @@ typedef enum AttemptAction
 	ACTION_HEARTBEAT
 } AttemptAction;
 
-extern AttemptState attempt_state_from_name(const char *name);
-extern const char *attempt_state_name(AttemptState state);
-extern bool attempt_state_is_open(AttemptState state);
 extern void require_transition(AttemptAction action, const AttemptRow *attempt);
 extern void require_gate_open(const JobRow *job, const AttemptRow *last);
 extern void require_attempts_left(const JobRow *job, const AttemptRow *last);

@@ -28,7 +28,7 @@
 
 #include "args.h"
 #include "transitions.h"
-#include "notify_worker.h"
+#include "claim_floor.h"
 #include "metrics.h"
 #include "store.h"
 
@@ -103,7 +103,7 @@ wait_for_runnable(TimestampTz until, long *sleep_ms, bool shared)
 	if (remaining_ms <= 0)
 		return false;
 	if (shared)
-		notifier_claim_sleep(Min(CLAIM_BACKOFF_LOOK_MS, remaining_ms));
+		claim_wait_sleep(Min(CLAIM_BACKOFF_LOOK_MS, remaining_ms));
 	else
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -150,16 +150,20 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 												   GetCurrentTimestamp(), req->provider,
 												   req->provider_null,
 												   req->max_jobs - claimed,
-												   notifier_claim_floor(), candidates);
+												   claim_floor(), candidates);
 		int			refused = 0;
 
 		for (int i = 0; i < found; i++)
 		{
-			int64		attempt_id = store_begin_attempt(candidates[i], req->scope,
-														 req->provider, req->provider_null,
-														 req->timeout, (Datum) 0, true,
-														 req->worker, false,
-														 req->waited ? GetCurrentTimestamp() : 0);
+			BeginRequest begin = {
+				.job_id = candidates[i], .scope = req->scope,
+				.provider = req->provider, .provider_null = req->provider_null,
+				.timeout = req->timeout,
+				.attempt_key = (Datum) 0, .attempt_key_null = true,
+				.worker = req->worker, .worker_null = false,
+				.started_at = req->waited ? GetCurrentTimestamp() : 0,
+			};
+			int64		attempt_id = store_begin_attempt(&begin);
 
 			if (attempt_id != 0)
 			{
@@ -229,7 +233,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 	attempts = palloc(sizeof(int64) * req.max_jobs);
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), interval_ms(wait));
 	/* prepared before the first look: work committed meanwhile still wakes */
-	shared = interval_ms(wait) > 0 && notifier_claim_prepare();
+	shared = interval_ms(wait) > 0 && claim_wait_prepare();
 	for (;;)
 	{
 		int			claimed;
@@ -244,7 +248,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 		req.waited = true;
 	}
 	if (shared)
-		notifier_await_done();
+		claim_wait_done();
 	return (Datum) 0;
 }
 
