@@ -19,6 +19,7 @@
 #include "notify_worker.h"
 #include "args.h"
 #include "job_notify.h"
+#include "launcher.h"
 #include "metrics.h"
 #include "store.h"
 #include "store_backend.h"
@@ -30,7 +31,8 @@ void		_PG_init(void);
 
 /*
  * _PG_init: define the GUCs; when loaded through shared_preload_libraries,
- * also reserve the shared counters and register the sweeper workers.
+ * also reserve the shared counters and register the launcher, which
+ * starts the sweeper and notifier of each database.
  * Without preloading everything else works: the derived state is the truth.
  */
 void
@@ -51,8 +53,9 @@ _PG_init(void)
 							"Larger ones are refused with SQLSTATE 54000 and nothing is written.",
 							&max_payload_kb, 1024, 1, 1024 * 1024, PGC_SUSET, GUC_UNIT_KB,
 							NULL, NULL, NULL);
+	/* first: it defines jobguard.database before sweeper_init reserves the prefix */
+	launcher_init();
 	sweeper_init();
-	/* after sweeper_init, which defines the jobguard.database it reads */
 	notifier_init();
 	claim_floor_init();
 	if (process_shared_preload_libraries_in_progress)

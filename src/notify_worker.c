@@ -49,6 +49,7 @@
 #include "utils/timestamp.h"
 #include "utils/varlena.h"
 
+#include "launcher.h"
 #include "notify_worker.h"
 
 /* Databases that can have a notifier slot at once. */
@@ -60,7 +61,6 @@
 /* How long the notifier sleeps when nothing wakes it. */
 #define NOTIFIER_IDLE_MS 1000
 /* Seconds before the postmaster restarts a notifier that exited. */
-#define NOTIFIER_RESTART_SECONDS 1
 
 /* One ended job waiting to be sent. */
 typedef struct RingEntry
@@ -270,46 +270,19 @@ notifier_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 
 /*
  * notifier_init: while shared_preload_libraries are loaded, reserve the
- * rings, install the transaction callbacks' home (they are registered per
- * backend on first use) and register one notifier per database named in
- * jobguard.database (defined by sweeper_init, which must run first).
+ * rings (the transaction callbacks are registered per backend on first
+ * use).  The launcher (launcher.c) starts a notifier in each database
+ * where jobguard is installed.
  */
 void
 notifier_init(void)
 {
-	const char *setting;
-	char	   *names;
-	List	   *databases;
-	ListCell   *lc;
-
 	if (!process_shared_preload_libraries_in_progress)
 		return;
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = notifier_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = notifier_shmem_startup;
-
-	setting = GetConfigOption("jobguard.database", false, false);
-	names = pstrdup(setting ? setting : "");
-	if (!SplitIdentifierString(names, ',', &databases))
-		return;					/* sweeper_init has reported it */
-	foreach(lc, databases)
-	{
-		const char *dbname = (const char *) lfirst(lc);
-		BackgroundWorker worker = {0};
-
-		if (strlen(dbname) >= BGW_EXTRALEN)
-			continue;			/* sweeper_init has reported it */
-		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		worker.bgw_restart_time = NOTIFIER_RESTART_SECONDS;
-		snprintf(worker.bgw_library_name, BGW_MAXLEN, "jobguard");
-		snprintf(worker.bgw_function_name, BGW_MAXLEN, "jobguard_notifier_main");
-		snprintf(worker.bgw_name, BGW_MAXLEN, "jobguard notifier for database %s", dbname);
-		snprintf(worker.bgw_type, BGW_MAXLEN, "jobguard notifier");
-		strlcpy(worker.bgw_extra, dbname, BGW_EXTRALEN);
-		RegisterBackgroundWorker(&worker);
-	}
 }
 
 /*
@@ -465,6 +438,7 @@ send_batch(void)
 static void
 detach_notifier(int code, Datum arg)
 {
+	(void) launcher_worker_running(LAUNCHED_NOTIFIER, false);
 	SpinLockAcquire(&my_slot->mutex);
 	if (my_slot->worker_latch == MyLatch)
 		my_slot->worker_latch = NULL;
@@ -496,6 +470,8 @@ jobguard_notifier_main(Datum main_arg)
 						dbname)));
 		proc_exit(0);
 	}
+	if (!launcher_worker_running(LAUNCHED_NOTIFIER, true))
+		proc_exit(0);			/* another notifier serves this database */
 	before_shmem_exit(detach_notifier, (Datum) 0);
 	SpinLockAcquire(&my_slot->mutex);
 	my_slot->worker_latch = MyLatch;

@@ -20,6 +20,7 @@
 
 #include "executor/spi.h"
 
+#include "launcher.h"
 #include "store.h"
 #include "store_backend.h"
 
@@ -33,6 +34,14 @@
 void
 store_connect(SavedIdentity *caller)
 {
+	static bool used_here = false;
+
+	/* the first call of a backend: the launcher may not know jobguard is here */
+	if (!used_here)
+	{
+		used_here = true;
+		launcher_database_used();
+	}
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "jobguard: SPI_connect failed");
 	become_tables_owner(caller);

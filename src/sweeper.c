@@ -43,11 +43,10 @@
 #include "utils/varlena.h"
 
 #include "claim_floor.h"
+#include "launcher.h"
 #include "store.h"
 #include "sweeper.h"
 
-/* GUC jobguard.database: the databases to sweep, comma-separated. */
-static char *sweep_databases = NULL;
 /* GUC jobguard.sweep_interval: milliseconds between sweeps. */
 static int	sweep_interval_ms = 1000;
 /* GUC jobguard.sweep_batch_size: attempts written per transaction. */
@@ -58,23 +57,15 @@ static int	purge_interval_ms = 0;
 /* GUC jobguard.purge_batch_size: jobs looked at per purge transaction. */
 static int	purge_batch_size = 1000;
 
-/* Seconds before the postmaster restarts a sweeper that exited on error. */
-#define SWEEPER_RESTART_SECONDS 5
-
 PGDLLEXPORT void jobguard_sweeper_main(Datum main_arg);
 
 /*
- * sweeper_init: define the sweeper's GUCs and, while shared_preload_
- * libraries are loaded, define jobguard.database and register one worker
- * per database it names.
+ * sweeper_init: define the sweeper's GUCs.  The launcher (launcher.c)
+ * starts a sweeper in each database where jobguard is installed.
  */
 void
 sweeper_init(void)
 {
-	char	   *names;
-	List	   *databases;
-	ListCell   *lc;
-
 	DefineCustomIntVariable("jobguard.sweep_interval",
 							"Time between two sweeps for overdue attempts.",
 							NULL, &sweep_interval_ms, 1000, 10, 3600 * 1000,
@@ -93,42 +84,7 @@ sweeper_init(void)
 							"Jobs the sweeper's purge looks at per transaction.",
 							NULL, &purge_batch_size, 1000, 1, 1000000,
 							PGC_SIGHUP, 0, NULL, NULL, NULL);
-	/* the worker list is fixed at server start, so only then is it defined */
-	if (process_shared_preload_libraries_in_progress)
-		DefineCustomStringVariable("jobguard.database",
-								   "Databases in which the jobguard sweeper runs (comma-separated).",
-								   NULL, &sweep_databases, "postgres",
-								   PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	MarkGUCPrefixReserved("jobguard");
-
-	if (!process_shared_preload_libraries_in_progress)
-		return;
-
-	names = pstrdup(sweep_databases);
-	if (!SplitIdentifierString(names, ',', &databases))
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid list syntax in parameter \"jobguard.database\"")));
-
-	foreach(lc, databases)
-	{
-		const char *dbname = (const char *) lfirst(lc);
-		BackgroundWorker worker = {0};
-
-		if (strlen(dbname) >= BGW_EXTRALEN)
-			ereport(ERROR,
-					(errcode(ERRCODE_NAME_TOO_LONG),
-					 errmsg("database name \"%s\" in \"jobguard.database\" is too long", dbname)));
-		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-		worker.bgw_restart_time = SWEEPER_RESTART_SECONDS;
-		snprintf(worker.bgw_library_name, BGW_MAXLEN, "jobguard");
-		snprintf(worker.bgw_function_name, BGW_MAXLEN, "jobguard_sweeper_main");
-		snprintf(worker.bgw_name, BGW_MAXLEN, "jobguard sweeper for database %s", dbname);
-		snprintf(worker.bgw_type, BGW_MAXLEN, "jobguard sweeper");
-		strlcpy(worker.bgw_extra, dbname, BGW_EXTRALEN);
-		RegisterBackgroundWorker(&worker);
-	}
 }
 
 /*
@@ -352,6 +308,28 @@ run_duty(const SweeperDuty *duty, DutyState *state, MemoryContext round)
 }
 
 /*
+ * extension_installed: whether jobguard is installed in this database.
+ */
+static bool
+extension_installed(void)
+{
+	bool		installed;
+
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	installed = OidIsValid(get_extension_oid("jobguard", true));
+	CommitTransactionCommand();
+	return installed;
+}
+
+/* sweeper_detach: at exit, tell the launcher this sweeper runs no more. */
+static void
+sweeper_detach(int code, Datum arg)
+{
+	(void) launcher_worker_running(LAUNCHED_SWEEPER, false);
+}
+
+/*
  * jobguard_sweeper_main: the worker's entry point.  Connects to its
  * database (bgw_extra), then sweeps every sweep_interval until SIGTERM.
  */
@@ -367,6 +345,17 @@ jobguard_sweeper_main(Datum main_arg)
 	pqsignal(SIGTERM, die);
 	BackgroundWorkerUnblockSignals();
 	BackgroundWorkerInitializeConnection(dbname, NULL, 0);
+
+	/* the launcher started this worker to serve, or to look: say which */
+	if (!extension_installed())
+	{
+		launcher_report_extension(false);
+		proc_exit(0);
+	}
+	launcher_report_extension(true);
+	if (!launcher_worker_running(LAUNCHED_SWEEPER, true))
+		proc_exit(0);			/* another sweeper serves this database */
+	before_shmem_exit(sweeper_detach, (Datum) 0);
 
 	ereport(LOG,
 			(errmsg("jobguard sweeper started for database \"%s\"", dbname),
