@@ -18,13 +18,13 @@ OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o
 DATA        = jobguard--1.0.sql jobguard--1.0--1.1.sql jobguard--1.1--1.2.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy fast_path_rules worker derived_states
+JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy fast_path_rules worker derived_states finish_many
 REGRESS      = $(JOBGUARD_REGRESS)
 # what make test runs again on the database update leaves behind (updated from 1.0)
 REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race
+ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race
 ISOLATION_OPTS = --load-extension=jobguard
 
 TAP_TESTS = 1
