@@ -10,7 +10,13 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
+#include "utils/hsearch.h"
+#include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -25,6 +31,7 @@
 #include "store.h"
 
 PG_FUNCTION_INFO_V1(jobguard_finish_attempt);
+PG_FUNCTION_INFO_V1(jobguard_finish_many);
 
 /* jsonb_equal: jsonb equality (key order and number spelling ignored). */
 static bool
@@ -155,27 +162,14 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 }
 
 /*
- * jobguard.finish_attempt(attempt_id, result) -> 'won' | 'lost' | 'rejected'
- *
- * Reads the attempt with its job and contract, then decides: replays of a
- * finished attempt answer as before; a result that breaks the operation's
- * contract fails the attempt and leaves the slot free; otherwise one
- * statement claims the attempt and runs the compare-and-swap on the job —
- * one updated job row is a win; zero rows means another attempt won (or
- * the job was cancelled), and the result is kept on the attempt only,
- * never on the job.  Every write is conditional on the attempt still being
- * in the state read, so a concurrent finish, fail or cancel of the same
- * attempt makes this one read again rather than overwrite it.
+ * finish_one: finish an attempt as finish_attempt does, reading it again
+ * while it changes concurrently; the outcome ('won', 'lost', 'rejected').
  */
-Datum
-jobguard_finish_attempt(PG_FUNCTION_ARGS)
+static const char *
+finish_one(int64 attempt_id, Datum result, Oid userid, const char *scope)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
-	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
-	Datum		result = jsonb_arg(fcinfo, 1, "result");
 	const char *outcome = NULL;
-	Oid			userid = GetUserId();
-	const char *scope = scopes_acting_scope(userid);
 
 	require_payload_size(result, "result");
 	store_connect(&caller);
@@ -191,5 +185,227 @@ jobguard_finish_attempt(PG_FUNCTION_ARGS)
 		outcome = finish_once(&attempt, &job, result);
 	}
 	store_finish(&caller);
-	PG_RETURN_DATUM(text_result(outcome));
+	return outcome;
+}
+
+/*
+ * jobguard.finish_attempt(attempt_id, result) -> 'won' | 'lost' | 'rejected'
+ *
+ * Reads the attempt with its job and contract, then decides: replays of a
+ * finished attempt answer as before; a result that breaks the operation's
+ * contract fails the attempt and leaves the slot free; otherwise one
+ * statement claims the attempt and runs the compare-and-swap on the job —
+ * one updated job row is a win; zero rows means another attempt won (or
+ * the job was cancelled), and the result is kept on the attempt only,
+ * never on the job.  Every write is conditional on the attempt still being
+ * in the state read, so a concurrent finish, fail or cancel of the same
+ * attempt makes this one read again rather than overwrite it.
+ */
+Datum
+jobguard_finish_attempt(PG_FUNCTION_ARGS)
+{
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Datum		result = jsonb_arg(fcinfo, 1, "result");
+	Oid			userid = GetUserId();
+
+	PG_RETURN_DATUM(text_result(finish_one(attempt_id, result, userid,
+										   scopes_acting_scope(userid))));
+}
+
+/*
+ * The most elements finish_many takes in one call: each is a
+ * subtransaction, and the results are held until the call ends.
+ */
+#define FINISH_MANY_MAX 10000
+
+/* what finish_many keeps of an element, to answer a repeat of its attempt */
+typedef struct FinishedElement
+{
+	int64		attempt_id;		/* hash key */
+	Datum		result;			/* the result the first element carried */
+	const char *outcome;		/* its outcome, or NULL for a refusal */
+	char	   *sqlstate;		/* the refusal's SQLSTATE */
+	char	   *message;		/* and message */
+} FinishedElement;
+
+/*
+ * refusal_carried: whether finish_many reports an error of finish_attempt
+ * as a row (the SQLSTATEs doc/reference.md lists) rather than failing the
+ * whole call.
+ */
+static bool
+refusal_carried(int sqlerrcode)
+{
+	return sqlerrcode == ERRCODE_JG_INVALID_TRANSITION ||
+		sqlerrcode == ERRCODE_JG_RESULT_MISMATCH ||
+		sqlerrcode == ERRCODE_JG_ATTEMPT_NOT_FOUND ||
+		sqlerrcode == ERRCODE_NULL_VALUE_NOT_ALLOWED ||
+		sqlerrcode == ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+}
+
+/*
+ * finish_element: one element of finish_many, as finish_attempt would have
+ * decided it alone, in a subtransaction: a refusal rolls back whatever the
+ * element wrote and comes back in *sqlstate and *message (outcome NULL);
+ * any other error ends the whole call, as it would end finish_attempt.
+ */
+static const char *
+finish_element(int64 attempt_id, Datum result, Oid userid, const char *scope,
+			   char **sqlstate, char **message)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	const char *volatile outcome = NULL;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		outcome = finish_one(attempt_id, result, userid, scope);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (!refusal_carried(edata->sqlerrcode))
+			ReThrowError(edata);
+		*sqlstate = pstrdup(unpack_sql_state(edata->sqlerrcode));
+		*message = pstrdup(edata->message);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return outcome;
+}
+
+/*
+ * jobguard.finish_many(attempt_ids bigint[], results jsonb[])
+ *   -> (ord, attempt_id, outcome, sqlstate, message) rows
+ *
+ * Many results in one call, one row per element in input order: each
+ * element is decided exactly as finish_attempt would decide it alone
+ * (compare-and-swap, contracts, the loser's result kept, the race logged),
+ * and a refusal is a row, not an error, that undoes only its own element.
+ * An attempt named twice: the first element decides; a later one with an
+ * equal result repeats its answer, with another result it is JG007.
+ */
+Datum
+jobguard_finish_many(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	ArrayType  *ids_array;
+	ArrayType  *results_array;
+	Datum	   *ids;
+	Datum	   *results;
+	bool	   *ids_null;
+	bool	   *results_null;
+	int			n,
+				nresults;
+	Oid			userid = GetUserId();
+	const char *scope = scopes_acting_scope(userid);
+	HTAB	   *seen;
+	HASHCTL		ctl;
+
+	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"%s\" of jobguard.finish_many() must not be null",
+						PG_ARGISNULL(0) ? "attempt_ids" : "results")));
+	ids_array = PG_GETARG_ARRAYTYPE_P(0);
+	results_array = PG_GETARG_ARRAYTYPE_P(1);
+	if (ARR_NDIM(ids_array) > 1 || ARR_NDIM(results_array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+				 errmsg("the arrays of jobguard.finish_many() must have one dimension")));
+	deconstruct_array(ids_array, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+					  &ids, &ids_null, &n);
+	deconstruct_array(results_array, JSONBOID, -1, false, TYPALIGN_INT,
+					  &results, &results_null, &nresults);
+	if (n != nresults)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("the arrays of jobguard.finish_many() must have the same length"),
+				 errdetail("attempt_ids has %d elements, results %d.", n, nresults)));
+	if (n > FINISH_MANY_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("jobguard.finish_many() takes at most %d elements in one call", FINISH_MANY_MAX),
+				 errdetail("This call has %d.", n)));
+
+	InitMaterializedSRF(fcinfo, 0);
+	ctl.keysize = sizeof(int64);
+	ctl.entrysize = sizeof(FinishedElement);
+	ctl.hcxt = CurrentMemoryContext;
+	seen = hash_create("jobguard finish_many", Max(n, 1), &ctl,
+					   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+
+	for (int i = 0; i < n; i++)
+	{
+		Datum		values[5];
+		bool		nulls[5] = {false, false, false, false, false};
+		const char *outcome = NULL;
+		char	   *sqlstate = NULL;
+		char	   *message = NULL;
+
+		CHECK_FOR_INTERRUPTS();
+		values[0] = Int32GetDatum(i + 1);
+		values[1] = ids[i];
+		nulls[1] = ids_null[i];
+		if (ids_null[i] || results_null[i])
+		{
+			sqlstate = "22004";
+			message = psprintf("element %d of jobguard.finish_many()'s %s must not be null",
+							   i + 1, ids_null[i] ? "attempt_ids" : "results");
+		}
+		else
+		{
+			int64		attempt_id = DatumGetInt64(ids[i]);
+			Datum		result = PointerGetDatum(PG_DETOAST_DATUM(results[i]));
+			bool		found;
+			FinishedElement *earlier = hash_search(seen, &attempt_id, HASH_ENTER, &found);
+
+			if (!found)
+			{
+				outcome = finish_element(attempt_id, result, userid, scope, &sqlstate, &message);
+				earlier->result = result;
+				earlier->outcome = outcome;
+				earlier->sqlstate = sqlstate;
+				earlier->message = message;
+			}
+			else if (jsonb_equal(earlier->result, result))
+			{
+				outcome = earlier->outcome;
+				sqlstate = earlier->sqlstate;
+				message = earlier->message;
+			}
+			else
+			{
+				sqlstate = "JG007";
+				message = psprintf("attempt %lld is named earlier in this call with a different result",
+								   (long long) attempt_id);
+			}
+		}
+		if (outcome != NULL)
+			values[2] = text_result(outcome);
+		else
+			nulls[2] = true;
+		if (sqlstate != NULL)
+		{
+			values[3] = text_result(sqlstate);
+			values[4] = text_result(message);
+		}
+		else
+			nulls[3] = nulls[4] = true;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	hash_destroy(seen);
+	return (Datum) 0;
 }
