@@ -9,6 +9,7 @@
 #   make bench-growth         growth, bloat and memory over millions of jobs
 #   make test-random          the differential random test, long (10 minutes)
 #   make test-valgrind        the SQL suites against a server under valgrind
+#   make soak                 30 minutes of mixed load, kills and a crash (SOAK_MINUTES)
 
 EXTENSION   = jobguard
 MODULE_big  = jobguard
@@ -42,7 +43,7 @@ all install installcheck:
 	@exit 1
 endif
 
-.PHONY: test demo bench bench-growth test-random test-valgrind
+.PHONY: test demo bench bench-growth test-random test-valgrind soak
 test:
 	@scripts/run-tests
 
@@ -53,6 +54,10 @@ test-random:
 # the pg_regress and isolation suites on a server run under valgrind
 test-valgrind:
 	@scripts/run-valgrind
+
+# the soak test for SOAK_MINUTES (default 30) minutes; its report in bench/results/soak.md
+soak:
+	@scripts/run-soak
 
 demo:
 	@scripts/run-demo
