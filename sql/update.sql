@@ -6,8 +6,8 @@
 -- describes.  A 1.1 database holding a job updates likewise.  (A fresh
 -- install runs jobguard--1.0.sql and the update scripts in turn, so what
 -- this compares is the update path from each older version against the
--- statements CREATE EXTENSION runs.)  The 1.0 database is kept: make test
--- then runs every suite on it.
+-- statements CREATE EXTENSION runs.)  The 1.0 database is kept, its tables
+-- emptied once its jobs are checked: make test then runs every suite on it.
 SELECT current_database() AS regress_db \gset
 SET client_min_messages = warning;
 DROP DATABASE IF EXISTS regress_jg_update;
@@ -96,7 +96,12 @@ SELECT 'only when fresh', line FROM (
 	SELECT unnest(string_to_array(:'fresh_shape', E'\x1e')) AS line
 	EXCEPT SELECT line FROM pg_temp.extension_shape() AS line) f
 ORDER BY 1, 2;
--- the suites that run next on this database start from empty tables
+-- make test runs the suites again on this database (its third pass).  They
+-- start from empty tables, as all but the first empty them themselves: they
+-- run on the updated schema, functions, sequence and grants, not on the
+-- 1.0 jobs, which the checks above are the test of.  (Kept, those rows
+-- would change the ids the first suite shows, and the next suite would
+-- delete them.)
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
 	RESTART IDENTITY;
 
