@@ -734,7 +734,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		0, {0},
 		SPI_OK_SELECT, false
 	},
-	/* Every violated invariant, with its job's scope (see jobguard--1.1.sql). */
+	/* Every violated invariant, with its job's scope (see jobguard.invariant_violations() in jobguard--1.0--1.1.sql). */
 	[STMT_INVARIANT_VIOLATIONS] = {
 		"invariant violations",
 		"SELECT v.invariant, v.job_id, v.attempt_id, v.detail, v.scope"
