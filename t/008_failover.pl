@@ -9,7 +9,10 @@
 # the new primary, and await() must have given an error or the right
 # answer.  Then the old primary rejoins as a standby, a switchover makes it
 # the primary again, and everything is checked once more.  The numbers go
-# to the test's output and to tmp_check/failover_results.txt.
+# to the test's output and to tmp_check/failover_results.txt, and as the
+# docs' fragment to tmp_check/failover.md (and to $JOBGUARD_BENCH_RESULTS/
+# failover.md when that names a directory: how bench/results/failover.md,
+# which doc/high-availability.md includes, is published).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -584,6 +587,33 @@ my $results = join("\n",
 	sprintf('whole test: %.0f s', $total)) . "\n";
 diag($results);
 PostgreSQL::Test::Utils::append_to_file("$PostgreSQL::Test::Utils::tmp_check/failover_results.txt", $results);
+
+# The same numbers as the docs' fragment, with the machine and versions of
+# the run (the form of bench/fragments' files).
+my ($model) = map { /^model name\s*: (.*)$/ ? $1 : () } split /\n/,
+  PostgreSQL::Test::Utils::slurp_file('/proc/cpuinfo');
+my ($mem_kb) = PostgreSQL::Test::Utils::slurp_file('/proc/meminfo') =~ /^MemTotal:\s+(\d+)/m;
+my (undef, $ncpu) = run_cmd('', 'nproc');
+my (undef, $autoctl_version) = run_cmd('', $pg_autoctl, '--version');
+($autoctl_version) = $autoctl_version =~ /(\d+\.\d+(?:\.\d+)?)/;
+my $server_version = sql($port{node1}, 'SHOW server_version');
+my @lines = split /\n/, $results;
+shift @lines;
+my $fragment = sprintf("*Failover* — `t/008_failover.pl`, run %s, %.0f s; %s CPUs (%s), %.0f GB RAM, "
+	  . "PostgreSQL %s, pg_auto_failover %s, fsync on\n\n",
+	POSIX::strftime('%Y-%m-%d %H:%M UTC', gmtime()), $total, $ncpu, $model // 'unknown CPU',
+	($mem_kb // 0) / 1048576, $server_version, $autoctl_version // 'unknown')
+  . join('', map { "- $_\n" } @lines);
+my @fragment_files = ("$PostgreSQL::Test::Utils::tmp_check/failover.md");
+push @fragment_files, "$ENV{JOBGUARD_BENCH_RESULTS}/failover.md"
+  if $ENV{JOBGUARD_BENCH_RESULTS} && -d $ENV{JOBGUARD_BENCH_RESULTS};
+for my $file (@fragment_files)
+{
+	open(my $fh, '>', $file) or die "cannot write $file: $!";
+	print $fh $fragment;
+	close($fh);
+	note("wrote $file");
+}
 
 stop_group($keeper{$_}) for qw(node1 node2 monitor);
 %keeper = ();

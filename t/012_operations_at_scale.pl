@@ -126,27 +126,51 @@ for my $i (1 .. 100)
 my @sorted = sort { $a <=> $b } @delays;
 is($missed, 0, 'every one of 100 notifications arrived');
 my ($p50, $p99) = map { $sorted[ int($_ / 100 * @sorted + 0.999999) - 1 ] // 0 } (50, 99);
-cmp_ok($p99, '<', 100, sprintf('notification delay p50 %.2f ms, p99 %.2f ms (target 20 ms; bound 100 ms on a shared machine)', $p50, $p99));
+# The notifier is woken by the commit: a notifier that looked every 20 ms
+# or more would have a median delay of 10 ms or more.
+cmp_ok($p50, '<', 10, sprintf('notification delay p50 %.2f ms: sent at the commit, not at a poll', $p50));
+cmp_ok($p99, '<', 100, sprintf('notification delay p99 %.2f ms (bound 100 ms on a shared machine)', $p99));
 
 # ------------------------------------------------------------------ await
 
-my ($job4) = $worker->selectrow_array(q{SELECT job_id FROM jobguard.submit('n', 'k4', 'op', '{}', 'p')});
-my ($attempt4) = $worker->selectrow_array("SELECT jobguard.begin_attempt($job4)");
+# 15 rounds: an await() waits for a running job in a second session until
+# it sleeps, long enough for a polling await to back off to its 100 ms
+# sleeps and then anywhere in such a sleep; the job's attempt finishes.  The
+# delay is from the server's clock inside the finishing statement, just
+# before its commit, to the server's clock just after await() returned.
+my @await_delays;
 my $waiter = $node->background_psql('postgres');
-$waiter->query_until(qr/waiting/, qq{\\echo waiting
-SELECT jobguard.await($job4, '30 seconds') AS state, pg_catalog.clock_timestamp() AS woke \\gset
+for my $round (1 .. 15)
+{
+	my ($job) = $worker->selectrow_array(
+		"SELECT job_id FROM jobguard.submit('n', 'await-$round', 'op', '{}', 'p')");
+	my ($attempt) = $worker->selectrow_array("SELECT jobguard.begin_attempt($job)");
+	$waiter->query_until(qr/waiting/, qq{\\echo waiting
+SELECT jobguard.await($job, '30 seconds') AS state, extract(epoch FROM clock_timestamp()) AS woke \\gset
 });
-sleep(1.5);		# long enough for a polling await to back off to 100 ms
-# the time is taken inside the finishing statement, just before its commit
-my (undef, $finished) = $worker->selectrow_array(
-	"SELECT jobguard.finish_attempt($attempt4, '{}'), extract(epoch FROM clock_timestamp())");
-my $woke = $waiter->query_safe(q{SELECT :'state' || ' ' || extract(epoch FROM :'woke'::timestamptz)});
+	$node->poll_query_until('postgres', qq{SELECT count(*) = 1 FROM pg_stat_activity
+		 WHERE query LIKE '%jobguard.await($job,%' AND wait_event_type = 'Extension'})
+	  or die "await($job) never slept";
+	sleep(0.2 + rand(0.3));
+	my (undef, $finished) = $worker->selectrow_array(
+		"SELECT jobguard.finish_attempt($attempt, '{}'), extract(epoch FROM clock_timestamp())");
+	my ($state, $woke_at) = split / /,
+	  $waiter->query_safe(q{SELECT :'state' || ' ' || :'woke'});
+	is($state, 'succeeded', "round $round: await() returned the outcome");
+	push @await_delays, ($woke_at - $finished) * 1000;
+}
 $waiter->quit;
-my ($state, $woke_at) = split / /, $woke;
-is($state, 'succeeded', 'await() returned the outcome');
-cmp_ok(($woke_at - $finished) * 1000, '<', 60,
-	sprintf('await() woke %.1f ms after the finish committed (polling would take up to 100 ms)',
-		($woke_at - $finished) * 1000));
+# A polling await (jobguard not preloaded, 100 ms sleeps) would be seen 0 to
+# 100 ms late, under 10 ms in 10 % of the rounds: 10 rounds of 15 within 10
+# ms happens to it about once in 10^6 runs; a woken await takes about a
+# millisecond, which leaves room for 5 rounds slowed by a busy machine.
+my @await_sorted = sort { $a <=> $b } @await_delays;
+note(sprintf('await() woke %s ms after the finish committed',
+		join(' ', map { sprintf('%.1f', $_) } @await_sorted)));
+cmp_ok(scalar(grep { $_ < 10 } @await_delays), '>=', 10,
+	sprintf('await() woke within 10 ms of the commit in %d of 15 rounds (median %.1f ms): '
+		  . 'woken by the commit, not polling (100 ms)',
+		scalar(grep { $_ < 10 } @await_delays), $await_sorted[7]));
 
 # ------------------------------------------------------------------ stats
 
