@@ -174,7 +174,7 @@ export interface WorkerOptions {
   connection?: PoolConfig;
   /** a pool of your own instead (its error handling is yours) */
   pool?: Pool;
-  /** recorded on each attempt; give a stable one to pick up a restarted worker's attempts */
+  /** recorded on each attempt; give a stable one so that a restarted worker marks its earlier open attempts unknown */
   name?: string;
   operations?: readonly string[] | null;
   provider?: string | null;
@@ -204,11 +204,16 @@ export interface RunOptions {
 
 export interface WorkerStats {
   claimed: number;
+  /** attempts a cut-off claim of this worker began, found and run */
   adopted: number;
+  /** open attempts of its name from before it started, marked unknown, not run */
+  markedUnknown: number;
   won: number;
   lost: number;
   rejected: number;
   failed: number;
+  /** attempts failed because the handler's result could not be recorded */
+  unrecorded: number;
   released: number;
   reportErrors: number;
   heartbeats: number;
