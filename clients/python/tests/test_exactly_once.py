@@ -23,11 +23,7 @@ import psycopg
 import pytest
 
 import jobguard
-from jobguard import Claimed, Worker
-try:
-    from jobguard import AsyncWorker
-except ImportError:
-    AsyncWorker = None
+from jobguard import AsyncWorker, Claimed, Worker
 
 MAX_ATTEMPTS = 2
 RESTART = os.environ.get("JOBGUARD_TEST_RESTART")
