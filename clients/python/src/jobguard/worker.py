@@ -124,8 +124,6 @@ class _Link:
         self._give_up = give_up
         self._conn: Optional[Conn] = None
         self._ever = False
-        #: set on each new connection, cleared by whoever acts on it
-        self.fresh = False
 
     def connect(self) -> Conn:
         """The open connection, opening one (with backoff) if there is none."""
@@ -146,7 +144,6 @@ class _Link:
             if self._ever:
                 self._worker._count("reconnects")
             self._ever = True
-            self.fresh = True
         return self._conn
 
     def call(self, fn: Callable[[Conn, int], T], retry: bool) -> T:
@@ -311,7 +308,6 @@ class Worker:
         was lost, the attempts it began (adopted: their handler never ran);
         otherwise what claim hands out."""
         self._main.connect()
-        self._main.fresh = False
         try:
             if not self._started_up:
                 for job in self._main.call(self._own_open_attempts, retry=True):
