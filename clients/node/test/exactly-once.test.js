@@ -100,11 +100,16 @@ test('each handler runs exactly once per attempt, whatever fails', async (t) => 
   const name = `once-${randomUUID().slice(0, 6)}`;
   const calls = new Map();      // attempt_id -> handler calls
   const cuts = [];
-  const handler = async (job) => {
+  // not an async function: 'throws' throws synchronously, 'rejects'
+  // returns a rejected promise, the rest resolve
+  const handler = (job) => {
     calls.set(job.attempt_id, (calls.get(job.attempt_id) || 0) + 1);
+    if (job.params.kind === 'throws') throw new TypeError('thrown');
+    return resolveFor(job);
+  };
+  const resolveFor = async (job) => {
     switch (job.params.kind) {
-      case 'throws': throw new TypeError('thrown');
-      case 'rejects': return Promise.reject(new RangeError('rejected'));
+      case 'rejects': throw new RangeError('rejected');
       case 'undefined': return undefined;
       case 'null': return null;
       case 'too_large': return { charge_id: 'x'.repeat(4096) };
