@@ -4,19 +4,27 @@
 // awaits handler(job) for each and reports: the resolved value is the
 // result (finish), a rejection fails the attempt (fail; a RetryLater, or
 // any error with a numeric retryInSeconds, holds the retry back that long).
+// A result that cannot be recorded (undefined, null, not JSON, too large,
+// refused by finish_attempt) fails the attempt with an error saying why.
 // While a batch is held, its attempts are heartbeaten on a second pooled
 // connection, so a long handler keeps its attempt.  A lost connection is
 // opened again with backoff; a report is repeated on the new connection
 // (finish with an equal result is idempotent), and attempts that a lost
-// claim began are found again by the worker's name and run.  stop() (or
-// SIGTERM / SIGINT) lets the current job finish and report, hands the rest
-// of the batch back (cancel_attempt) and makes run() resolve.
+// claim of this worker began are found again by the worker's name and run.
+// stop() (or SIGTERM / SIGINT) lets the current job finish and report,
+// hands the rest of the batch back (cancel_attempt) and makes run() resolve.
+//
+// Exactly once: the handler runs at most once per attempt.  An attempt
+// whose handler was called is never run again by this worker, whatever
+// its report met; open attempts of the worker's name that were there
+// before it started (an earlier process under the same name may have run
+// their handler) are marked unknown, not run.
 
 const os = require('node:os');
 const crypto = require('node:crypto');
 const { Pool } = require('pg');
 const api = require('./index');
-const { InvalidTransition, AttemptNotFound } = require('./errors');
+const { InvalidTransition, AttemptNotFound, ResultMismatch } = require('./errors');
 
 // the longest error text a failed attempt records
 const MAX_ERROR = 4000;
@@ -49,6 +57,22 @@ function isConnectionError(err) {
   if (typeof err.code === 'string' && /^E[A-Z]+$/.test(err.code)) return true;  // ECONNREFUSED, ...
   return /Connection terminated|connection error|not queryable|timeout exceeded when trying to connect/i
     .test(String(err.message || ''));
+}
+
+// unrecordable: why a handler's result cannot be a job's result (jobguard
+// records a JSON value; SQL NULL is refused), or null when it can be.
+function unrecordable(result) {
+  if (result === undefined || result === null) {
+    return `the handler resolved ${result}; a result must be a JSON value other than null`;
+  }
+  let text;
+  try {
+    text = JSON.stringify(result);
+  } catch (err) {
+    return `it is not JSON (${err.message})`;
+  }
+  if (typeof text !== 'string') return `it is not JSON (a ${typeof result})`;
+  return null;
 }
 
 // sleep: resolve after ms milliseconds.
@@ -94,22 +118,25 @@ class Worker {
       this.lost++;
       this.logger.warn(`${this.name}: idle connection lost: ${err.message}`);
     };
-    // a new connection: count it as a reconnect if one was lost before, and
-    // look for attempts a lost claim may have begun
+    // a new connection: count it as a reconnect if one was lost before
     this.onPoolConnect = () => {
       if (this.lost > 0) { this.stats.reconnects++; this.lost = 0; }
-      this.fresh = true;
     };
     this.pool.on('error', this.onPoolError);
     this.pool.on('connect', this.onPoolConnect);
     this.lost = 0;              // connections lost since the last new one
-    this.fresh = true;          // look for own open attempts before the next claim
+    this.startedUp = false;     // the open attempts found at start were dealt with
+    this.fresh = false;         // a claim's answer was lost: look for what it began
     this.held = new Map();      // attempt_id -> job: claimed, not yet reported
+    this.ran = new Set();       // attempts whose handler was called, report not done
+    this.unreported = new Set();   // of those, the ones whose report never got through
+    this.untouchable = new Set();  // open attempts this worker must never run
     this.refused = new Set();   // attempts whose heartbeat was refused
     this.stopping = false;
     this.stoppedAt = 0;
-    this.stats = { claimed: 0, adopted: 0, won: 0, lost: 0, rejected: 0, failed: 0, released: 0,
-      reportErrors: 0, heartbeats: 0, heartbeatsRefused: 0, reconnects: 0 };
+    this.stats = { claimed: 0, adopted: 0, markedUnknown: 0, won: 0, lost: 0, rejected: 0,
+      failed: 0, unrecorded: 0, released: 0, reportErrors: 0, heartbeats: 0,
+      heartbeatsRefused: 0, reconnects: 0 };
   }
 
   // stop: the current job finishes and reports, nothing more is claimed.
@@ -204,18 +231,18 @@ class Worker {
     }
   }
 
-  // nextJobs: after a new connection, this worker's own open attempts that
-  // it does not hold (a claim whose answer was lost); otherwise a claim.
+  // nextJobs: at start, the open attempts of the worker's name from before
+  // (marked unknown, never run); after a claim whose answer was lost, the
+  // attempts it began (adopted: their handler never ran); otherwise a claim.
   async nextJobs() {
+    if (!this.startedUp) {
+      const earlier = await this.call(() => this.ownOpenAttempts(), { retry: false });
+      for (const job of earlier) await this.markEarlier(job);
+      this.startedUp = true;
+    }
     if (this.fresh) {
+      const adopted = await this.call(() => this.ownOpenAttempts(), { retry: false });
       this.fresh = false;
-      let adopted;
-      try {
-        adopted = await this.call(() => this.ownOpenAttempts(), { retry: false });
-      } catch (err) {
-        this.fresh = true;
-        throw err;
-      }
       if (adopted.length > 0) {
         this.stats.adopted += adopted.length;
         this.logger.info(`${this.name}: picked up ${adopted.length} open attempts of its own`);
@@ -225,14 +252,40 @@ class Worker {
     // a claim that waited begins its attempts when the work came; waiting at
     // most a third of the timeout per claim keeps the loop responsive
     const waitSeconds = Math.min(this.waitSeconds, this.timeoutSeconds / 3);
-    const jobs = await this.call(() => api.claim(this.pool, { worker: this.name,
-      operations: this.operations, timeoutSeconds: this.timeoutSeconds, maxJobs: this.batch,
-      provider: this.provider, waitSeconds }), { retry: false });
+    let jobs;
+    try {
+      jobs = await this.call(() => api.claim(this.pool, { worker: this.name,
+        operations: this.operations, timeoutSeconds: this.timeoutSeconds, maxJobs: this.batch,
+        provider: this.provider, waitSeconds }), { retry: false });
+    } catch (err) {
+      if (err instanceof Lost) this.fresh = true;   // it may have begun attempts
+      throw err;
+    }
     this.stats.claimed += jobs.length;
     return jobs;
   }
 
-  // ownOpenAttempts: this worker's started or unknown attempts not held.
+  // markEarlier: an open attempt of this worker's name from before it
+  // started.  Whether its handler ran is unknown, so it is not run again:
+  // mark_unknown says so (a late report still goes through the
+  // compare-and-swap), and this worker never touches it again.
+  async markEarlier(job) {
+    this.untouchable.add(job.attempt_id);
+    const done = await this.report(job, 'mark unknown', async () => {
+      try {
+        return await api.markUnknown(this.pool, job.attempt_id);
+      } catch (err) {
+        if (err instanceof InvalidTransition) return 'gone';   // closed meanwhile
+        throw err;
+      }
+    });
+    if (done === 'unknown') this.stats.markedUnknown++;
+    this.logger.warn(`${this.name}: attempt ${job.attempt_id} of job ${job.job_id} was open from `
+      + 'before this worker started; not run again (its handler may have run)');
+  }
+
+  // ownOpenAttempts: this worker's started or unknown attempts that it does
+  // not hold and whose handler it never called.
   async ownOpenAttempts() {
     const { rows } = await this.pool.query({
       text: `SELECT a.attempt_id::text, a.job_id::text, a.attempt_no, j.operation, a.provider,
@@ -242,7 +295,7 @@ class Worker {
               WHERE a.worker = $1 AND a.state IN ('started', 'unknown')
                 AND a.attempt_id <> ALL ($2::bigint[])
               ORDER BY a.attempt_id`,
-      values: [this.name, [...this.held.keys()]] });
+      values: [this.name, [...this.held.keys(), ...this.ran, ...this.untouchable]] });
     return rows.map((r) => ({ ...r, attempt_id: Number(r.attempt_id), job_id: Number(r.job_id) }));
   }
 
@@ -264,21 +317,37 @@ class Worker {
     }
   }
 
-  // runOne: await the handler and report its result or its error.
+  // runOne: await the handler and report its result or its error.  The
+  // attempt is marked as run before the handler is called: nothing runs it
+  // again, whatever happens to its report.
   async runOne(job) {
+    if (this.ran.has(job.attempt_id) || this.untouchable.has(job.attempt_id)) {
+      this.logger.error(`${this.name}: attempt ${job.attempt_id} was run already; not again`);
+      return;
+    }
+    this.ran.add(job.attempt_id);
     let result;
     try {
       result = await this.handler(job);
-      if (result === undefined) result = null;
-      JSON.stringify(result);  // a result jsonb cannot hold is the handler's failure
     } catch (err) {
       const retryIn = err && typeof err.retryInSeconds === 'number' ? err.retryInSeconds : undefined;
       const name = (err && err.name) || 'Error';
       const text = `${name}: ${err && err.message !== undefined ? err.message : String(err)}`;
-      await this.reportFailure(job, text.slice(0, MAX_ERROR), retryIn);
+      if (await this.reportFailure(job, text.slice(0, MAX_ERROR), retryIn)) this.stats.failed++;
+      this.forget(job);
       return;
     }
-    await this.reportResult(job, result);
+    const why = unrecordable(result);
+    if (why) await this.reportUnrecorded(job, why);
+    else await this.reportResult(job, result);
+    this.forget(job);
+  }
+
+  // forget: the attempt is closed (or no longer ours to report): drop it
+  // from the set of run attempts, unless its report never got through, in
+  // which case it stays there so that no later look-up runs it again.
+  forget(job) {
+    if (!this.unreported.has(job.attempt_id)) this.ran.delete(job.attempt_id);
   }
 
   // report: run one report with retries; count it, or log why it failed.
@@ -293,15 +362,40 @@ class Worker {
   }
 
   // reportResult: finish (repeated after a lost connection: an equal
-  // result gets the same outcome).
+  // result gets the same outcome).  A result the server refuses (too
+  // large, not valid jsonb, ...) fails the attempt instead.
   async reportResult(job, result) {
-    const outcome = await this.report(job, 'report the result of',
-      () => api.finish(this.pool, job.attempt_id, result));
-    if (outcome) this.stats[outcome]++;
+    let refused;
+    const outcome = await this.report(job, 'report the result of', async () => {
+      try {
+        return await api.finish(this.pool, job.attempt_id, result);
+      } catch (err) {
+        if (isConnectionError(err) || err instanceof InvalidTransition
+          || err instanceof AttemptNotFound || err instanceof ResultMismatch) throw err;
+        refused = err;   // the server cannot record this result
+        return 'refused';
+      }
+    });
+    if (outcome === 'refused') {
+      await this.reportUnrecorded(job, `finish_attempt refused it (${refused.code || 'error'}: ${refused.message})`);
+    } else if (outcome) {
+      this.stats[outcome]++;
+    } else {
+      this.unreported.add(job.attempt_id);
+    }
+  }
+
+  // reportUnrecorded: the handler's result cannot be recorded: fail the
+  // attempt with an error saying why (once; a retry after a lost
+  // connection that finds it failed already counts as done).
+  async reportUnrecorded(job, why) {
+    const text = `UnrecordableResult: the handler's result cannot be recorded: ${why}`;
+    this.logger.error(`${this.name}: attempt ${job.attempt_id} of job ${job.job_id}: ${text}`);
+    if (await this.reportFailure(job, text.slice(0, MAX_ERROR))) this.stats.unrecorded++;
   }
 
   // reportFailure: fail with retryIn; a repeat that finds the attempt
-  // failed already counts as done.
+  // failed already counts as done.  Resolves true once it is failed.
   async reportFailure(job, error, retryInSeconds) {
     const done = await this.report(job, 'fail', async (tries) => {
       try {
@@ -311,7 +405,8 @@ class Worker {
         throw err;
       }
     });
-    if (done) this.stats.failed++;
+    if (!done) this.unreported.add(job.attempt_id);
+    return Boolean(done);
   }
 
   // release: hand back a claimed attempt that will not run (cancel_attempt:

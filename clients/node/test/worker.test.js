@@ -2,7 +2,9 @@
 // The Worker against a real jobguard: several workers drain a queue while
 // their connections are killed, heartbeats keep a long handler's attempt,
 // handler errors become failed attempts retried per backoff, a lost claim
-// is picked up again, and a restart of the server is survived.  (SIGTERM:
+// is picked up again, attempts of an earlier process under the worker's
+// name are not run again, and a restart of the server is survived.
+// (Exactly once under every failure: exactly-once.test.js.)  (SIGTERM:
 // see docs.test.js, which runs the documented example as a process.)
 const test = require('node:test');
 const assert = require('node:assert/strict');
@@ -150,18 +152,48 @@ test('handler errors fail the attempt; the retry waits for the backoff or retryI
   }
 });
 
-test("a claim whose answer was lost is picked up by the worker's name", async () => {
+test("a claim of the worker whose answer was lost is picked up by the worker's name", async () => {
   const op = await freshOp();
   const jobs = await submitN(op, 2);
   const name = `adopt-${randomUUID().slice(0, 6)}`;
-  const lost = await jg.claim(pool, { worker: name, operations: [op], maxJobs: 2 });
+  // the worker's own pool, whose first claim runs on the server and then
+  // loses its answer (as when the connection breaks after the commit)
+  const own = new Pool({ database: DB, max: 2 });
+  const query = own.query.bind(own);
+  let lost = null;
+  own.query = async (q, ...rest) => {
+    const res = await query(q, ...rest);
+    if (lost === null && typeof q === 'object' && /jobguard\.claim\(/.test(q.text)) {
+      lost = res.rows.map((r) => Number(r.attempt_id));
+      throw new Error('Connection terminated unexpectedly');
+    }
+    return res;
+  };
+  const handled = [];
+  const w = worker(async (job) => { handled.push(job.attempt_id); return {}; },
+    { name, pool: own, operations: [op], batch: 2, waitSeconds: 0 });
+  const stats = await w.run({ untilIdle: true, handleSignals: false });
+  await own.end();
+  assert.equal(lost.length, 2);
+  assert.deepEqual(handled, lost);
+  assert.deepEqual([stats.adopted, stats.claimed, stats.won], [2, 0, 2]);
+  await assertOneSuccessEach(pool, jobs);
+});
+
+test('open attempts of its name from before it started are marked unknown, never run', async () => {
+  const op = await freshOp();
+  const jobs = await submitN(op, 2);
+  const name = `earlier-${randomUUID().slice(0, 6)}`;
+  // an earlier process under this name claimed them; it may have run them
+  const earlier = await jg.claim(pool, { worker: name, operations: [op], maxJobs: 2 });
   const handled = [];
   const w = worker(async (job) => { handled.push(job.attempt_id); return {}; },
     { name, operations: [op], waitSeconds: 0 });
   const stats = await w.run({ untilIdle: true, handleSignals: false });
-  assert.deepEqual(handled, lost.map((c) => c.attempt_id));
-  assert.deepEqual([stats.adopted, stats.claimed, stats.won], [2, 0, 2]);
-  await assertOneSuccessEach(pool, jobs);
+  assert.deepEqual(handled, []);
+  assert.deepEqual([stats.markedUnknown, stats.adopted, stats.claimed], [2, 0, 0]);
+  for (const c of earlier) assert.equal((await jg.attempt(pool, c.attempt_id)).state, 'unknown');
+  for (const jobId of jobs) assert.equal(await jg.jobState(pool, jobId), 'unknown');
 });
 
 test('the worker survives a restart of the server', {

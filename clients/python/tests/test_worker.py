@@ -1,8 +1,10 @@
 """The Worker against a real jobguard: several workers drain a queue while
 their connections are killed, heartbeats keep a long handler's attempt,
 handler errors become failed attempts retried per backoff, a lost claim is
-picked up again, and a restart of the server is survived.  (SIGTERM: see
-test_docs.py, which runs the documented example as a process.)"""
+picked up again, attempts of an earlier process under the worker's name are
+not run again, and a restart of the server is survived.  (Exactly once under
+every failure: test_exactly_once.py.  SIGTERM: see test_docs.py, which runs
+the documented example as a process.)"""
 
 from __future__ import annotations
 
@@ -174,20 +176,55 @@ def test_handler_errors_fail_the_attempt_and_retry_per_backoff(database: str, co
         assert jobguard.job(conn, job_id)["result"] == {"attempt": 2}
 
 
-def test_a_claim_whose_answer_was_lost_is_picked_up(database: str, conn: Conn) -> None:
-    """Attempts begun for a worker's name (a claim whose answer never came
-    back) are found by the worker when it connects, and run."""
+def test_a_claim_whose_answer_was_lost_is_picked_up(database: str, conn: Conn,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attempts begun by a claim of the worker whose answer never came back
+    (the connection broke after the commit) are found by the worker's name
+    once it has reconnected, and run, once each."""
     op = fresh_op(conn)
     jobs = submit_n(conn, op, 2)
     name = "adopt-" + uuid.uuid4().hex[:6]
-    lost = jobguard.claim(conn, name, [op], max_jobs=2)   # as if the answer was lost
+    lost: List[int] = []
+    real_claim = jobguard.api.claim
+
+    def claim_losing_its_answer(c: Conn, *args: Any, **kw: Any) -> List[Claimed]:
+        """The first claim runs on the server; then its connection breaks."""
+        got = real_claim(c, *args, **kw)
+        if got and not lost:
+            lost.extend(g.attempt_id for g in got)
+            c.close()
+            raise psycopg.OperationalError("the connection broke after the claim")
+        return got
+    monkeypatch.setattr(jobguard.api, "claim", claim_losing_its_answer)
+    handled: List[int] = []
+    w = Worker(lambda job: handled.append(job.attempt_id) or {}, conninfo=f"dbname={database}",
+               name=name, operations=[op], batch=2, wait=0)
+    start(w, until_idle=True).join(30)
+    assert len(lost) == 2 and handled == lost
+    assert (w.stats.adopted, w.stats.claimed, w.stats.won) == (2, 0, 2)
+    assert_one_success_each(f"dbname={database}", jobs)
+
+
+def test_attempts_of_its_name_from_before_it_started_are_not_run(database: str,
+                                                                 conn: Conn) -> None:
+    """Open attempts recorded with the worker's name before it started (an
+    earlier process under that name may have run their handler) are marked
+    unknown, not run."""
+    op = fresh_op(conn)
+    jobs = submit_n(conn, op, 2)
+    name = "earlier-" + uuid.uuid4().hex[:6]
+    earlier = jobguard.claim(conn, name, [op], max_jobs=2)
     handled: List[int] = []
     w = Worker(lambda job: handled.append(job.attempt_id) or {}, conninfo=f"dbname={database}",
                name=name, operations=[op], wait=0)
     start(w, until_idle=True).join(30)
-    assert handled == [c.attempt_id for c in lost]
-    assert (w.stats.adopted, w.stats.claimed, w.stats.won) == (2, 0, 2)
-    assert_one_success_each(f"dbname={database}", jobs)
+    assert handled == []
+    assert (w.stats.marked_unknown, w.stats.adopted, w.stats.claimed) == (2, 0, 0)
+    for c in earlier:
+        row = conn.execute("SELECT state FROM jobguard.attempt_overview WHERE attempt_id = %s",
+                           (c.attempt_id,)).fetchone()
+        assert row is not None and row[0] == "unknown"
+    assert [jobguard.job_state(conn, j) for j in jobs] == ["unknown", "unknown"]
 
 
 @pytest.mark.skipif(not os.environ.get("JOBGUARD_TEST_RESTART"),

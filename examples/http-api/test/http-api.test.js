@@ -407,13 +407,38 @@ test('the service survives a database restart and answers again within seconds',
     // warm the pool: several idle connections for the restart to cut
     await Promise.all(Array.from({ length: 5 }, (_, i) => submit('rita', `before-${i}`, charge(i + 1))));
     const pid = server.pid;
+    const backends = async (c) => (await c.query(`SELECT pid FROM pg_stat_activity
+      WHERE datname = current_database() AND pid <> pg_backend_pid()
+        AND backend_type = 'client backend'`)).rows.map((x) => x.pid);
+    const serviceBefore = await backends(db);
+    assert.ok(serviceBefore.length >= 1, 'the service holds connections to cut');
+    const { rows: [{ started: startedBefore }] } = await db.query(
+      'SELECT pg_postmaster_start_time()::text AS started');
+    // one request held in flight across the restart: its INSERT waits for
+    // a lock the test holds, so the restart cuts it mid-statement
+    const locker = new Client({ database: DB });
+    locker.on('error', () => {});
+    await locker.connect();
+    await locker.query('BEGIN');
+    await locker.query('LOCK TABLE jobguard.jobs IN SHARE MODE');
+    const cutRequest = submit('rita', 'cut-1', charge(7));
+    const end = Date.now() + 20000;
+    for (;;) {
+      const { rows } = await db.query(`SELECT count(*)::int AS n FROM pg_stat_activity
+        WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> $1`,
+      [locker.processID]);
+      if (rows[0].n > 0) break;
+      assert.ok(Date.now() < end, 'the held request never waited for the lock');
+      await sleep(20);
+    }
     // requests while the cluster restarts: each gets an answer (503 while
     // the database is down), none hangs and the service does not die
     let restarting = true;
     const during = [];
     const load = (async () => {
       for (let i = 0; restarting; i++) {
-        during.push(await submit('rita', `during-${i}`, charge(i + 1)));
+        const body = charge(i + 1);
+        during.push({ key: `during-${i}`, body, r: await submit('rita', `during-${i}`, body) });
         await sleep(20);
       }
     })();
@@ -421,10 +446,15 @@ test('the service survives a database restart and answers again within seconds',
     const code = await new Promise((resolve) => spawn(process.env.JOBGUARD_TEST_RESTART,
       { shell: true, stdio: 'ignore' }).on('exit', resolve));
     assert.equal(code, 0, 'the restart command failed');
+    await locker.end().catch(() => {});   // the restart ended it; if not, the lock goes now
     restarting = false;
     await load;
-    for (const r of during) assert.ok([200, 201, 503].includes(r.status), `got ${r.status}`);
-    for (const r of during.filter((x) => x.status === 503)) {
+    // the restart cut the held request: it was answered 503, not hung
+    const cut = await cutRequest;
+    assert.equal(cut.status, 503, `the cut request got ${cut.status}: ${JSON.stringify(cut.body)}`);
+    assert.equal(cut.body.type, '/problems/database-unavailable');
+    for (const { r } of during) assert.ok([200, 201, 503].includes(r.status), `got ${r.status}`);
+    for (const { r } of during.filter((x) => x.r.status === 503)) {
       assert.equal(r.body.type, '/problems/database-unavailable');
       assert.equal(r.headers.get('retry-after'), '1');
     }
@@ -444,6 +474,25 @@ test('the service survives a database restart and answers again within seconds',
     db = new Client({ database: DB });
     db.on('error', () => {});
     await db.connect();
+    // the server really restarted, and none of the service's connections
+    // from before it survived
+    const { rows: [{ started: startedAfter }] } = await db.query(
+      'SELECT pg_postmaster_start_time()::text AS started');
+    assert.notEqual(startedAfter, startedBefore, 'the postmaster was restarted');
+    const serviceAfter = await backends(db);
+    assert.deepEqual(serviceBefore.filter((p) => serviceAfter.includes(p)), [],
+      'a connection of the service survived the restart');
+    // the cut request, sent again with its key, makes the one job for it
+    // (its INSERT never committed); every key of the restart has one job
+    const again = await submit('rita', 'cut-1', charge(7));
+    assert.equal(again.status, 201, 'the cut request had written nothing');
+    for (const { key, body, r: first } of [{ key: 'cut-1', body: charge(7), r: again }, ...during]) {
+      const retried = first.status === 503 ? await submit('rita', key, body) : first;
+      assert.ok([200, 201].includes(retried.status), `${key}: ${retried.status}`);
+      const { rows: [{ n }] } = await db.query(`SELECT count(*)::int AS n FROM jobguard.jobs
+        WHERE owner_id = 'rita' AND idempotency_key = $1`, [key]);
+      assert.equal(n, 1, `key ${key}: ${n} jobs`);
+    }
     const job = await call('GET', `/jobs/${r.body.job_id}`);
     assert.equal(job.status, 200);
   });

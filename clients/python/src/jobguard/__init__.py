@@ -1,6 +1,7 @@
 """jobguard for Python: the jobguard SQL API on psycopg 3, with one
 exception class per jobguard SQLSTATE, distinct job and attempt id types,
-and a worker loop on claim (``Worker``).
+a worker loop on claim (``Worker``), and the same for asyncio
+(``AsyncConnection``, ``AsyncWorker``).
 
 Importing this package registers the exception classes with psycopg.
 """
@@ -15,6 +16,7 @@ from .errors import (BY_SQLSTATE, AttemptInFlight, AttemptNotFound, AttemptsExha
                      ResultMismatch, translate)
 from .ids import AttemptId, JobId
 from .worker import Handler, RetryLater, Worker, WorkerStats
+from .aio import AsyncConnection, AsyncHandler, AsyncWorker
 
 __version__ = "1.1.0"
 
@@ -25,6 +27,7 @@ __all__ = [
     "cancel_job", "job_state", "job", "attempts", "await_job",
     "claim", "heartbeat", "submit_many",
     "Worker", "WorkerStats", "RetryLater", "Handler",
+    "AsyncConnection", "AsyncWorker", "AsyncHandler",
     "JobguardError", "IdempotencyKeyReused", "AttemptInFlight", "JobClosed",
     "ProviderNotCertified", "AttemptsExhausted", "InvalidTransition", "ResultMismatch",
     "JobNotFound", "AttemptNotFound", "NullValueNotAllowed", "InvalidParameterValue",

@@ -9,9 +9,11 @@ seconds as a number.  Errors are the classes of ``jobguard.errors``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Dict, List, Literal, Optional, Sequence, Type, TypedDict, Union
+from typing import (Any, Callable, Dict, Generator, Generic, List, Literal, Optional, ParamSpec,
+                    Sequence, Tuple, Type, TypedDict, TypeVar, Union)
 
 import psycopg
 from psycopg.rows import dict_row
@@ -171,105 +173,146 @@ def _rows(conn: Conn, sql: str, args: Sequence[Any]) -> List[Dict[str, Any]]:
         raise new from err
 
 
-def _value(conn: Conn, sql: str, args: Sequence[Any]) -> Any:
-    """Run a statement returning one value, and return it."""
-    return next(iter(_rows(conn, sql, args)[0].values()))
+P = ParamSpec("P")
+R = TypeVar("R")
+#: a call's steps: yields its one statement (SQL, arguments), is sent the
+#: rows, returns the call's value.  The same steps run on a psycopg
+#: Connection (the functions of this module) and on an AsyncConnection
+#: (jobguard.aio), so each statement is written once.
+Steps = Generator[Tuple[str, Sequence[Any]], List[Dict[str, Any]], R]
 
 
+class Statement(Generic[P, R]):
+    """A call of the API: its steps, run on a connection when called."""
+
+    def __init__(self, steps: Callable[P, Steps[R]]) -> None:
+        """Wrap the steps (a generator function taking the connection first)."""
+        self.steps = steps
+        functools.update_wrapper(self, steps)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the call on its connection (the first argument)."""
+        conn: Conn = args[0]  # type: ignore[assignment]
+        gen = self.steps(*args, **kwargs)
+        sql, params = next(gen)
+        try:
+            gen.send(_rows(conn, sql, params))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        raise RuntimeError(f"{self.steps.__name__} runs one statement")
+
+
+def _first(rows: List[Dict[str, Any]]) -> Any:
+    """The one value of a statement's one row."""
+    return next(iter(rows[0].values()))
+
+
+@Statement
 def submit(conn: Conn, owner_id: str, idempotency_key: str, operation: str, params: Any,
-           provider: str, max_attempts: Optional[int] = None) -> Submitted:
+           provider: str, max_attempts: Optional[int] = None) -> Steps[Submitted]:
     """Create the job for (owner_id, idempotency_key), or return the existing
     one for the same request (``created`` False).  Raises
     ``IdempotencyKeyReused`` (its ``job_id`` is the existing job) for a
     different request under the same key."""
-    row = _rows(conn, "SELECT job_id, created FROM jobguard.submit(%s, %s, %s, %s, %s, %s)",
+    row = (yield "SELECT job_id, created FROM jobguard.submit(%s, %s, %s, %s, %s, %s)",
                 (owner_id, idempotency_key, operation, _json(params), provider, max_attempts))[0]
     return Submitted(JobId(row["job_id"]), row["created"])
 
 
+@Statement
 def begin_attempt(conn: Conn, job_id: JobId, provider: Optional[str] = None,
-                  timeout: Seconds = 30, attempt_key: Optional[str] = None) -> AttemptId:
+                  timeout: Seconds = 30, attempt_key: Optional[str] = None) -> Steps[AttemptId]:
     """Start the job's next attempt (``provider`` None: the job's own) with a
     deadline ``timeout`` from now, and return its id.  Raises
     ``AttemptInFlight``, ``JobClosed``, ``AttemptsExhausted`` or
     ``ProviderNotCertified`` when the gate says no."""
-    return AttemptId(_value(conn, "SELECT jobguard.begin_attempt(%s, %s, %s, %s)",
-                            (job_id, provider, _interval(timeout), attempt_key)))
+    return AttemptId(_first((yield "SELECT jobguard.begin_attempt(%s, %s, %s, %s)",
+                            (job_id, provider, _interval(timeout), attempt_key))))
 
 
-def finish(conn: Conn, attempt_id: AttemptId, result: Any) -> Outcome:
+@Statement
+def finish(conn: Conn, attempt_id: AttemptId, result: Any) -> Steps[Outcome]:
     """Report the attempt's result: ``'won'`` (it is the job's result),
     ``'lost'`` (another attempt won, or the job was cancelled: the result is
     kept on the attempt) or ``'rejected'`` (it broke the output contract)."""
-    outcome: Outcome = _value(conn, "SELECT jobguard.finish_attempt(%s, %s)",
-                              (attempt_id, _json(result)))
+    outcome: Outcome = _first((yield "SELECT jobguard.finish_attempt(%s, %s)",
+                              (attempt_id, _json(result))))
     return outcome
 
 
+@Statement
 def fail(conn: Conn, attempt_id: AttemptId, error: str,
-         retry_in: Optional[Seconds] = None) -> Literal["failed"]:
+         retry_in: Optional[Seconds] = None) -> Steps[Literal["failed"]]:
     """Report that the attempt failed; the gate opens for the next one.
     ``claim`` hands the job out again no sooner than ``retry_in`` from now
     (None: the operation's retry backoff; no backoff: at once).  An explicit
     ``begin_attempt`` is not held back."""
     if retry_in is None:  # the two-argument form: the operation's policy applies
-        state: Literal["failed"] = _value(conn, "SELECT jobguard.fail_attempt(%s, %s)",
-                                          (attempt_id, error))
+        state: Literal["failed"] = _first((yield "SELECT jobguard.fail_attempt(%s, %s)",
+                                          (attempt_id, error)))
     else:
-        state = _value(conn, "SELECT jobguard.fail_attempt(%s, %s, %s)",
-                       (attempt_id, error, _interval(retry_in)))
+        state = _first((yield "SELECT jobguard.fail_attempt(%s, %s, %s)",
+                       (attempt_id, error, _interval(retry_in))))
     return state
 
 
-def mark_unknown(conn: Conn, attempt_id: AttemptId) -> Literal["unknown"]:
+@Statement
+def mark_unknown(conn: Conn, attempt_id: AttemptId) -> Steps[Literal["unknown"]]:
     """Record that the caller saw a timeout: the attempt is unknown, not failed."""
-    state: Literal["unknown"] = _value(conn, "SELECT jobguard.mark_unknown(%s)", (attempt_id,))
+    state: Literal["unknown"] = _first((yield "SELECT jobguard.mark_unknown(%s)", (attempt_id,)))
     return state
 
 
-def cancel_attempt(conn: Conn, attempt_id: AttemptId, reason: str) -> Literal["cancelled"]:
+@Statement
+def cancel_attempt(conn: Conn, attempt_id: AttemptId, reason: str) -> Steps[Literal["cancelled"]]:
     """Stop waiting for an open attempt; its late result still goes through
     the compare-and-swap."""
-    state: Literal["cancelled"] = _value(conn, "SELECT jobguard.cancel_attempt(%s, %s)",
-                                         (attempt_id, reason))
+    state: Literal["cancelled"] = _first((yield "SELECT jobguard.cancel_attempt(%s, %s)",
+                                         (attempt_id, reason)))
     return state
 
 
-def cancel_job(conn: Conn, job_id: JobId, reason: str) -> Literal["cancelled"]:
+@Statement
+def cancel_job(conn: Conn, job_id: JobId, reason: str) -> Steps[Literal["cancelled"]]:
     """Cancel the job: no new attempts, later results lose."""
-    state: Literal["cancelled"] = _value(conn, "SELECT jobguard.cancel_job(%s, %s)",
-                                         (job_id, reason))
+    state: Literal["cancelled"] = _first((yield "SELECT jobguard.cancel_job(%s, %s)",
+                                         (job_id, reason)))
     return state
 
 
-def job_state(conn: Conn, job_id: JobId) -> JobState:
+@Statement
+def job_state(conn: Conn, job_id: JobId) -> Steps[JobState]:
     """The job's derived state."""
-    state: JobState = _value(conn, "SELECT jobguard.job_state(%s)", (job_id,))
+    state: JobState = _first((yield "SELECT jobguard.job_state(%s)", (job_id,)))
     return state
 
 
-def job(conn: Conn, job_id: JobId) -> Job:
+@Statement
+def job(conn: Conn, job_id: JobId) -> Steps[Job]:
     """The job, with its derived state, its result and its attempt count."""
-    return _rows(conn, "SELECT * FROM jobguard.job(%s)", (job_id,))[0]  # type: ignore[return-value]
+    return (yield "SELECT * FROM jobguard.job(%s)", (job_id,))[0]  # type: ignore[return-value]
 
 
-def attempts(conn: Conn, job_id: JobId) -> List[Attempt]:
+@Statement
+def attempts(conn: Conn, job_id: JobId) -> Steps[List[Attempt]]:
     """The job's attempts, in order."""
-    return _rows(conn, "SELECT * FROM jobguard.attempts_of(%s)", (job_id,))  # type: ignore[return-value]
+    return (yield "SELECT * FROM jobguard.attempts_of(%s)", (job_id,))  # type: ignore[return-value]
 
 
-def await_job(conn: Conn, job_id: JobId, timeout: Seconds) -> JobState:
+@Statement
+def await_job(conn: Conn, job_id: JobId, timeout: Seconds) -> Steps[JobState]:
     """Wait until the job succeeds, fails or is cancelled, or ``timeout``
     passes; return its state then.  Needs READ COMMITTED (or autocommit):
     under REPEATABLE READ the server refuses it."""
-    state: JobState = _value(conn, "SELECT jobguard.await(%s, %s)",
-                             (job_id, _interval(timeout)))
+    state: JobState = _first((yield "SELECT jobguard.await(%s, %s)",
+                             (job_id, _interval(timeout))))
     return state
 
 
+@Statement
 def claim(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
           timeout: Seconds = 30, max_jobs: int = 1, provider: Optional[str] = None,
-          wait: Seconds = 0) -> List[Claimed]:
+          wait: Seconds = 0) -> Steps[List[Claimed]]:
     """Begin an attempt on each of up to ``max_jobs`` runnable jobs (oldest
     first; ``operations`` None: any) for ``worker``, each with a deadline
     ``timeout`` from now, and return them; an empty list when nothing is
@@ -277,7 +320,7 @@ def claim(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
     provider given also takes failovers it is certified for.  ``wait`` > 0:
     wait up to that long for work (READ COMMITTED or autocommit only).
     Commit promptly: the attempts' deadlines run from the claim."""
-    rows = _rows(conn, """SELECT attempt_id, job_id, attempt_no, operation, provider, params,
+    rows = (yield """SELECT attempt_id, job_id, attempt_no, operation, provider, params,
                                  deadline
                             FROM jobguard.claim(%s, %s::text[], %s, %s, %s, %s)""",
                  (worker, None if operations is None else list(operations),
@@ -286,24 +329,26 @@ def claim(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
                     r["operation"], r["provider"], r["params"], r["deadline"]) for r in rows]
 
 
+@Statement
 def heartbeat(conn: Conn, attempt_id: AttemptId,
-              extend_by: Optional[Seconds] = None) -> datetime:
+              extend_by: Optional[Seconds] = None) -> Steps[datetime]:
     """Push back the deadline of a started attempt that has not timed out to
     ``extend_by`` from now (None: the timeout it began with); return the new
     deadline.  Raises ``InvalidTransition`` (JG006) once the attempt is past
     its deadline (unknown) or no longer started."""
-    deadline: datetime = _value(conn, "SELECT jobguard.heartbeat(%s, %s)",
-                                (attempt_id, _interval(extend_by)))
+    deadline: datetime = _first((yield "SELECT jobguard.heartbeat(%s, %s)",
+                                (attempt_id, _interval(extend_by))))
     return deadline
 
 
-def submit_many(conn: Conn, requests: Sequence[Request]) -> List[SubmitOutcome]:
+@Statement
+def submit_many(conn: Conn, requests: Sequence[Request]) -> Steps[List[SubmitOutcome]]:
     """Submit many requests in one statement; one outcome per request, in
     order.  A refused request (JG001, 22004, 22023) is an outcome carrying
     its SQLSTATE and message, not an exception, and does not stop the
     others; only a call that is wrong as a whole raises."""
     limits = [r.max_attempts for r in requests]
-    rows = _rows(conn, """SELECT ord, job_id, created, sqlstate, message
+    rows = (yield """SELECT ord, job_id, created, sqlstate, message
                             FROM jobguard.submit_many(%s::text[], %s::text[], %s::text[],
                                                       %s::jsonb[], %s::text[], %s::integer[])
                            ORDER BY ord""",

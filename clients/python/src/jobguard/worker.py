@@ -4,14 +4,23 @@
 when there is none), calls ``handler(job)`` for each, and reports: the
 handler's return value is the result (``finish``), an exception fails the
 attempt (``fail``; ``RetryLater``, or any exception with a ``retry_in``
-attribute, holds the retry back that long).  While a batch is held, a
+attribute, holds the retry back that long).  A result that cannot be
+recorded (None, not JSON, too large, refused by ``finish_attempt``) fails
+the attempt with an error saying why.  While a batch is held, a
 background thread heartbeats its attempts on a connection of its own, so a
 long handler keeps its attempt.  A lost connection is reopened with
 backoff; a report is repeated on the new connection (``finish`` with an
-equal result is idempotent), and attempts that a lost ``claim`` began are
-found again by the worker's name and run.  ``stop()`` (or SIGTERM / SIGINT
-while ``run()`` is in the main thread) lets the current job finish and
-report, hands the rest of the batch back (``cancel_attempt``) and returns.
+equal result is idempotent), and attempts that a lost ``claim`` of this
+worker began are found again by the worker's name and run.  ``stop()`` (or
+SIGTERM / SIGINT while ``run()`` is in the main thread) lets the current
+job finish and report, hands the rest of the batch back
+(``cancel_attempt``) and returns.
+
+Exactly once: the handler runs at most once per attempt.  An attempt whose
+handler was called is never run again by this worker, whatever its report
+met; open attempts of the worker's name that were there before it started
+(an earlier process under the same name may have run their handler) are
+marked unknown, not run.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from psycopg.rows import dict_row
 
 from . import api
 from .api import Claimed, Seconds
-from .errors import AttemptNotFound, InvalidTransition
+from .errors import AttemptNotFound, InvalidTransition, ResultMismatch
 from .ids import AttemptId, JobId
 
 __all__ = ["Worker", "WorkerStats", "RetryLater", "Handler"]
@@ -65,16 +74,30 @@ class WorkerStats:
     """What a worker did, counted as it went."""
 
     claimed: int = 0          #: attempts handed out by claim
-    adopted: int = 0          #: open attempts of this worker's name found after a (re)connect
+    adopted: int = 0          #: attempts a lost claim of this worker began, found and run
+    marked_unknown: int = 0   #: open attempts of its name from before it started, not run
     won: int = 0              #: results that became the job's result
     lost: int = 0             #: results that lost to another attempt or a cancel
     rejected: int = 0         #: results that broke the output contract
     failed: int = 0           #: attempts failed because the handler raised
+    unrecorded: int = 0       #: attempts failed because their result could not be recorded
     released: int = 0         #: claimed attempts handed back unrun at shutdown
     report_errors: int = 0    #: reports the server refused or that could not be delivered
     heartbeats: int = 0       #: deadlines pushed back
     heartbeats_refused: int = 0  #: heartbeats refused (the attempt was past its deadline)
     reconnects: int = 0       #: connections opened again after one was lost
+
+
+def unrecordable(result: Any) -> Optional[str]:
+    """Why a handler's result cannot be a job's result (jobguard records a
+    JSON value; SQL NULL is refused), or None when it can be."""
+    if result is None:
+        return "the handler returned None; a result must be a JSON value other than null"
+    try:
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        return f"it is not JSON ({err})"
+    return None
 
 
 def _secs(value: Seconds) -> float:
@@ -101,8 +124,6 @@ class _Link:
         self._give_up = give_up
         self._conn: Optional[Conn] = None
         self._ever = False
-        #: set on each new connection, cleared by whoever acts on it
-        self.fresh = False
 
     def connect(self) -> Conn:
         """The open connection, opening one (with backoff) if there is none."""
@@ -123,7 +144,6 @@ class _Link:
             if self._ever:
                 self._worker._count("reconnects")
             self._ever = True
-            self.fresh = True
         return self._conn
 
     def call(self, fn: Callable[[Conn, int], T], retry: bool) -> T:
@@ -198,6 +218,11 @@ class Worker:
         self.stats = WorkerStats()
         self._stats_lock = threading.Lock()
         self._held: Dict[AttemptId, Claimed] = {}     # claimed, not yet reported
+        self._ran: set[AttemptId] = set()     # handler called, report not done
+        self._unreported: set[AttemptId] = set()   # of those, reports that never got through
+        self._untouchable: set[AttemptId] = set()  # open attempts never to run
+        self._started_up = False      # the open attempts found at start were dealt with
+        self._claim_lost = False      # a claim's answer was lost: look for what it began
         self._held_lock = threading.Lock()
         self._stopping = threading.Event()
         self._stopped_at = 0.0
@@ -241,7 +266,8 @@ class Worker:
                 if jobs:
                     self._run_batch(jobs)
                     idle_since = time.monotonic()
-                elif until_idle and time.monotonic() - idle_since >= self.wait:
+                elif (until_idle and not self._claim_lost
+                      and time.monotonic() - idle_since >= self.wait):
                     break
         finally:
             self._beat_stop.set()
@@ -277,20 +303,26 @@ class Worker:
     # -- claiming --------------------------------------------------------
 
     def _next_jobs(self) -> List[Claimed]:
-        """The next batch: after a (re)connect, this worker's own open
-        attempts that it does not hold (a claim whose answer was lost);
+        """The next batch: at start, the open attempts of the worker's name
+        from before (marked unknown, never run); after a claim whose answer
+        was lost, the attempts it began (adopted: their handler never ran);
         otherwise what claim hands out."""
         self._main.connect()
-        if self._main.fresh:
-            self._main.fresh = False
-            try:
+        try:
+            if not self._started_up:
+                for job in self._main.call(self._own_open_attempts, retry=True):
+                    self._mark_earlier(job)
+                self._started_up = True
+            if self._claim_lost:
                 adopted = self._main.call(self._own_open_attempts, retry=True)
-            except _Lost:
-                return []
-            if adopted:
-                self._count("adopted", len(adopted))
-                log.info("%s: picked up %d open attempts of its own", self.name, len(adopted))
-                return adopted
+                self._claim_lost = False
+                if adopted:
+                    self._count("adopted", len(adopted))
+                    log.info("%s: picked up %d open attempts of its own", self.name,
+                             len(adopted))
+                    return adopted
+        except _Lost:
+            return []
         # a claim that waited begins its attempts when the work came (their
         # whole timeout ahead); waiting at most a third of the timeout per
         # claim keeps the loop responsive to shutdown and to its own lease
@@ -300,14 +332,41 @@ class Worker:
                 lambda conn, _: api.claim(conn, self.name, self.operations, self.timeout,
                                           self.batch, self.provider, wait), retry=False)
         except _Lost:
-            return []  # the reconnect finds whatever that claim began
+            self._claim_lost = True   # the next round finds whatever that claim began
+            return []
         self._count("claimed", len(jobs))
         return jobs
 
+    def _mark_earlier(self, job: Claimed) -> None:
+        """An open attempt of this worker's name from before it started:
+        whether its handler ran is unknown, so it is not run again.
+        ``mark_unknown`` says so (a late report still goes through the
+        compare-and-swap), and this worker never touches it again."""
+        self._untouchable.add(job.attempt_id)
+
+        def mark(conn: Conn, tries: int) -> str:
+            """One try at mark_unknown."""
+            try:
+                return api.mark_unknown(conn, job.attempt_id)
+            except InvalidTransition:
+                return "gone"   # closed meanwhile
+        try:
+            if self._main.call(mark, retry=True) == "unknown":
+                self._count("marked_unknown")
+        except (_GaveUp, psycopg.Error) as err:
+            self._count("report_errors")
+            log.error("%s: could not mark attempt %d of job %d unknown: %s", self.name,
+                      job.attempt_id, job.job_id, err)
+        log.warning("%s: attempt %d of job %d was open from before this worker started; "
+                    "not run again (its handler may have run)", self.name, job.attempt_id,
+                    job.job_id)
+
     def _own_open_attempts(self, conn: Conn, tries: int) -> List[Claimed]:
-        """This worker's started or unknown attempts that it does not hold."""
+        """This worker's started or unknown attempts that it does not hold
+        and whose handler it never called."""
         with self._held_lock:
             held = list(self._held)
+        held += list(self._ran) + list(self._untouchable)
         with conn.cursor(row_factory=dict_row) as cur:
             cur.execute("""SELECT a.attempt_id, a.job_id, a.attempt_no, j.operation, a.provider,
                                   j.params, a.deadline
@@ -339,34 +398,81 @@ class Worker:
                     self._held.pop(job.attempt_id, None)
 
     def _run_one(self, job: Claimed) -> None:
-        """Call the handler and report its result or its error."""
+        """Call the handler and report its result or its error.  The attempt
+        is marked as run before the handler is called: nothing runs it
+        again, whatever happens to its report."""
+        if job.attempt_id in self._ran or job.attempt_id in self._untouchable:
+            log.error("%s: attempt %d was run already; not again", self.name, job.attempt_id)
+            return
+        self._ran.add(job.attempt_id)
         try:
             result = self.handler(job)
-            json.dumps(result)  # a result jsonb cannot hold is the handler's failure
         except Exception as err:  # the handler's failure, whatever it is
             retry_in = getattr(err, "retry_in", None)
             if not isinstance(retry_in, (timedelta, int, float)):
                 retry_in = None
-            self._report_failure(job, f"{type(err).__name__}: {err}"[:MAX_ERROR], retry_in)
+            if self._report_failure(job, f"{type(err).__name__}: {err}"[:MAX_ERROR], retry_in):
+                self._count("failed")
         else:
-            self._report_result(job, result)
+            why = unrecordable(result)
+            if why is not None:
+                self._report_unrecorded(job, why)
+            else:
+                self._report_result(job, result)
+        self._forget(job)
+
+    def _forget(self, job: Claimed) -> None:
+        """The attempt was reported: drop it from the run attempts, unless
+        its report never got through (then it stays, so that no later
+        look-up runs it again)."""
+        if job.attempt_id not in self._unreported:
+            self._ran.discard(job.attempt_id)
 
     def _report_result(self, job: Claimed, result: Any) -> None:
         """finish the attempt; repeated after a lost connection (an equal
-        result gets the same outcome)."""
+        result gets the same outcome).  A result the server refuses (too
+        large, not valid jsonb, ...) fails the attempt instead."""
+        refused: List[psycopg.Error] = []
+
+        def finish(conn: Conn, tries: int) -> str:
+            """One try at finish_attempt."""
+            try:
+                return api.finish(conn, job.attempt_id, result)
+            except (InvalidTransition, AttemptNotFound, ResultMismatch):
+                raise
+            except psycopg.Error as err:
+                if conn.closed or conn.broken:
+                    raise
+                refused.append(err)   # the server cannot record this result
+                return "refused"
         try:
-            outcome = self._main.call(lambda conn, _: api.finish(conn, job.attempt_id, result),
-                                      retry=True)
+            outcome = self._main.call(finish, retry=True)
         except (_GaveUp, psycopg.Error) as err:
             self._count("report_errors")
+            self._unreported.add(job.attempt_id)
             log.error("%s: could not report the result of attempt %d of job %d: %s",
                       self.name, job.attempt_id, job.job_id, err)
             return
-        self._count(outcome)
+        if outcome == "refused":
+            err = refused[-1]
+            self._report_unrecorded(
+                job, f"finish_attempt refused it ({err.sqlstate or 'error'}: "
+                     f"{str(err).strip()})")
+        else:
+            self._count(outcome)
 
-    def _report_failure(self, job: Claimed, error: str, retry_in: Optional[Seconds]) -> None:
+    def _report_unrecorded(self, job: Claimed, why: str) -> None:
+        """The handler's result cannot be recorded: fail the attempt with an
+        error saying why (once)."""
+        text = f"UnrecordableResult: the handler's result cannot be recorded: {why}"
+        log.error("%s: attempt %d of job %d: %s", self.name, job.attempt_id, job.job_id, text)
+        if self._report_failure(job, text[:MAX_ERROR], None):
+            self._count("unrecorded")
+
+    def _report_failure(self, job: Claimed, error: str, retry_in: Optional[Seconds]) -> bool:
         """fail the attempt (with retry_in); after a lost connection a
-        repeat that finds it failed already counts as done."""
+        repeat that finds it failed already counts as done.  True once it
+        is failed."""
         def fail(conn: Conn, tries: int) -> str:
             """One try at fail_attempt."""
             try:
@@ -379,10 +485,11 @@ class Worker:
             self._main.call(fail, retry=True)
         except (_GaveUp, psycopg.Error) as err:
             self._count("report_errors")
+            self._unreported.add(job.attempt_id)
             log.error("%s: could not fail attempt %d of job %d: %s", self.name, job.attempt_id,
                       job.job_id, err)
-            return
-        self._count("failed")
+            return False
+        return True
 
     def _release(self, job: Claimed) -> None:
         """Hand back a claimed attempt that will not run: cancel it, so that

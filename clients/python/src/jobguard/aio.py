@@ -1,0 +1,534 @@
+"""jobguard for asyncio: ``AsyncConnection`` (the API as coroutines on
+psycopg's ``AsyncConnection``) and ``AsyncWorker`` (the worker loop of
+``jobguard.Worker``, on the event loop).
+
+Each call runs the same statement as its synchronous twin in
+``jobguard.api`` (the steps are shared, not copied), with the same
+arguments, results and exception classes::
+
+    async with await AsyncConnection.connect("dbname=app", autocommit=True) as jg:
+        sub = await jg.submit("alice", "order-42", "charge", {"amount": 5}, "main-psp")
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from datetime import timedelta
+from types import TracebackType
+from typing import (Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Type, TypeVar,
+                    Union)
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import api
+from .api import Claimed, Seconds, Steps
+from .errors import AttemptNotFound, InvalidTransition, ResultMismatch, translate
+from .ids import AttemptId, JobId
+from .worker import MAX_ERROR, WorkerStats, _secs, unrecordable
+
+__all__ = ["AsyncConnection", "AsyncWorker", "AsyncHandler"]
+
+log = logging.getLogger("jobguard.worker")
+R = TypeVar("R")
+AConn = psycopg.AsyncConnection[Any]
+#: what an AsyncWorker calls for each claimed job: a coroutine function (or
+#: a plain function) whose result is the job's result
+AsyncHandler = Callable[[Claimed], Union[Awaitable[Any], Any]]
+
+
+async def run(conn: AConn, steps: Steps[R]) -> R:
+    """Run a call's steps (``jobguard.api.<call>.steps(conn, ...)``) on an
+    async connection; a jobguard SQLSTATE comes out as its class."""
+    sql, params = next(steps)
+    try:
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute(sql, params)
+            rows = await cur.fetchall()
+    except psycopg.Error as err:
+        new = translate(err)
+        if new is err:
+            raise
+        raise new from err
+    try:
+        steps.send(rows)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise RuntimeError("a call runs one statement")
+
+
+def _method(name: str) -> Any:
+    """The AsyncConnection method running api.<name>'s steps."""
+    call = getattr(api, name)
+
+    async def method(self: "AsyncConnection", *args: Any, **kwargs: Any) -> Any:
+        return await run(self.conn, call.steps(self.conn, *args, **kwargs))
+    method.__name__ = name
+    method.__qualname__ = f"AsyncConnection.{name}"
+    method.__doc__ = call.__doc__
+    method.__signature__ = inspect.signature(call.steps).replace(  # type: ignore[attr-defined]
+        parameters=[inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD),
+                    *list(inspect.signature(call.steps).parameters.values())[1:]])
+    return method
+
+
+class AsyncConnection:
+    """The jobguard API on a ``psycopg.AsyncConnection``: every function of
+    ``jobguard`` (``submit``, ``begin_attempt``, ``finish``, ``claim``, ...)
+    as a coroutine method without the connection argument.  ``conn`` is the
+    psycopg connection (its transactions are yours, as in the sync API)."""
+
+    submit: Callable[..., Awaitable[api.Submitted]]
+    begin_attempt: Callable[..., Awaitable[AttemptId]]
+    finish: Callable[..., Awaitable[api.Outcome]]
+    fail: Callable[..., Awaitable[str]]
+    mark_unknown: Callable[..., Awaitable[str]]
+    cancel_attempt: Callable[..., Awaitable[str]]
+    cancel_job: Callable[..., Awaitable[str]]
+    job_state: Callable[..., Awaitable[api.JobState]]
+    job: Callable[..., Awaitable[api.Job]]
+    attempts: Callable[..., Awaitable[List[api.Attempt]]]
+    await_job: Callable[..., Awaitable[api.JobState]]
+    claim: Callable[..., Awaitable[List[Claimed]]]
+    heartbeat: Callable[..., Awaitable[Any]]
+    submit_many: Callable[..., Awaitable[List[api.SubmitOutcome]]]
+
+    def __init__(self, conn: AConn) -> None:
+        """Wrap an open psycopg AsyncConnection."""
+        self.conn = conn
+
+    @classmethod
+    async def connect(cls, conninfo: str = "", **kwargs: Any) -> "AsyncConnection":
+        """Open a psycopg AsyncConnection (same arguments) and wrap it."""
+        return cls(await psycopg.AsyncConnection.connect(conninfo, **kwargs))
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await self.conn.close()
+
+    async def __aenter__(self) -> "AsyncConnection":
+        """``async with``: the connection, closed at the end."""
+        return self
+
+    async def __aexit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                        tb: Optional[TracebackType]) -> None:
+        """Close the connection."""
+        await self.close()
+
+
+for _name in ("submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
+              "cancel_job", "job_state", "job", "attempts", "await_job", "claim", "heartbeat",
+              "submit_many"):
+    setattr(AsyncConnection, _name, _method(_name))
+
+
+class _GaveUp(Exception):
+    """The server could not be reached and the worker is no longer waiting for it."""
+
+
+class _Lost(Exception):
+    """The connection was lost during a statement that is not repeated blindly."""
+
+
+class _ALink:
+    """One async connection for one task, opened again with backoff when lost."""
+
+    def __init__(self, worker: "AsyncWorker", role: str, give_up: Callable[[], bool]) -> None:
+        """A link for worker; role names it in application_name."""
+        self._worker = worker
+        self._appname = f"{worker.name} ({role})"[:63]
+        self._give_up = give_up
+        self._conn: Optional[AConn] = None
+        self._ever = False
+
+    async def connect(self) -> AConn:
+        """The open connection, opening one (with backoff) if there is none."""
+        delay = self._worker.reconnect_min
+        while self._conn is None or self._conn.closed:
+            try:
+                self._conn = await psycopg.AsyncConnection.connect(
+                    self._worker.conninfo, autocommit=True, application_name=self._appname,
+                    **self._worker.connect_kwargs)
+            except psycopg.OperationalError as err:
+                if self._give_up():
+                    raise _GaveUp(str(err)) from err
+                log.warning("%s: cannot connect (%s); again in %.1fs", self._appname,
+                            str(err).strip(), delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._worker.reconnect_max)
+                continue
+            if self._ever:
+                self._worker.stats.reconnects += 1
+            self._ever = True
+        return self._conn
+
+    async def call(self, fn: Callable[[AConn, int], Awaitable[R]], retry: bool) -> R:
+        """await fn(conn, tries); on a lost connection: with retry, reconnect
+        and call again, else raise _Lost.  Other errors propagate."""
+        tries = 0
+        delay = self._worker.reconnect_min
+        while True:
+            conn = await self.connect()
+            try:
+                return await fn(conn, tries)
+            except psycopg.Error as err:
+                if not (conn.closed or conn.broken):
+                    raise
+                log.warning("%s: connection lost (%s)", self._appname, str(err).strip())
+                await self.close()
+                if not retry:
+                    raise _Lost(str(err)) from err
+                if self._give_up():
+                    raise _GaveUp(str(err)) from err
+                tries += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._worker.reconnect_max)
+
+    async def close(self) -> None:
+        """Close the connection, if any."""
+        if self._conn is not None:
+            try:
+                await self._conn.close()
+            except psycopg.Error:
+                pass
+            self._conn = None
+
+
+class AsyncWorker:
+    """``jobguard.Worker`` on asyncio: the same loop, options, stats and
+    guarantees (the handler runs at most once per attempt; a result that
+    cannot be recorded fails the attempt once; a cut-off claim's attempts
+    are adopted; open attempts of its name from before it started are
+    marked unknown), with ``await handler(job)`` (a plain function's value
+    is used as is) and heartbeats as a task on a connection of its own.
+    ``run()`` is a coroutine; with ``handle_signals`` SIGTERM and SIGINT call
+    ``stop()`` (a second one cancels the run)."""
+
+    def __init__(self, handler: AsyncHandler, *, conninfo: str = "", name: Optional[str] = None,
+                 operations: Optional[Sequence[str]] = None, provider: Optional[str] = None,
+                 batch: int = 1, timeout: Seconds = 30, wait: Seconds = 2,
+                 heartbeat_every: Optional[Seconds] = None, reconnect_min: Seconds = 0.1,
+                 reconnect_max: Seconds = 5, shutdown_grace: Seconds = 30,
+                 connect_kwargs: Optional[Dict[str, Any]] = None) -> None:
+        """The options of ``jobguard.Worker``."""
+        if batch < 1:
+            raise ValueError("batch must be at least 1")
+        self.handler = handler
+        self.conninfo = conninfo
+        self.connect_kwargs: Dict[str, Any] = dict(connect_kwargs or {})
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.operations = list(operations) if operations is not None else None
+        self.provider = provider
+        self.batch = batch
+        self.timeout = _secs(timeout)
+        self.wait = _secs(wait)
+        self.heartbeat_every = (_secs(heartbeat_every) if heartbeat_every is not None
+                                else self.timeout / 3)
+        if self.timeout <= 0 or self.wait < 0 or self.heartbeat_every <= 0:
+            raise ValueError("timeout and heartbeat_every must be positive, wait not negative")
+        self.reconnect_min = _secs(reconnect_min)
+        self.reconnect_max = _secs(reconnect_max)
+        self.shutdown_grace = _secs(shutdown_grace)
+        self.stats = WorkerStats()
+        self._held: Dict[AttemptId, Claimed] = {}
+        self._ran: Set[AttemptId] = set()
+        self._unreported: Set[AttemptId] = set()
+        self._untouchable: Set[AttemptId] = set()
+        self._started_up = False
+        self._claim_lost = False
+        self._stopping = asyncio.Event()
+        self._stopped_at = 0.0
+        self._beat_stop = asyncio.Event()
+        self._main = _ALink(self, "jobguard worker", self._main_gives_up)
+        self._beat = _ALink(self, "jobguard heartbeat", self._beat_stop.is_set)
+
+    def stop(self) -> None:
+        """The current job finishes and reports, nothing more is claimed."""
+        if not self._stopping.is_set():
+            self._stopped_at = time.monotonic()
+            self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once stop() was called."""
+        return self._stopping.is_set()
+
+    def _main_gives_up(self) -> bool:
+        """Once stopped: at once if nothing is held, else after shutdown_grace."""
+        if not self._stopping.is_set():
+            return False
+        return not self._held or time.monotonic() - self._stopped_at > self.shutdown_grace
+
+    async def run(self, *, until_idle: bool = False, handle_signals: bool = True) -> WorkerStats:
+        """Claim and handle jobs until stop() (or, with until_idle, until
+        claims found nothing for wait); return the stats."""
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        installed: List[int] = []
+        if handle_signals:
+            def on_signal(sig: int) -> None:
+                """First signal: stop; a second one cancels the run."""
+                if self._stopping.is_set() and me is not None:
+                    me.cancel()
+                    return
+                log.info("%s: %s received, stopping after the current job", self.name,
+                         signal.Signals(sig).name)
+                self.stop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, on_signal, sig)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
+        beater = asyncio.create_task(self._beat_loop())
+        try:
+            idle_since = time.monotonic()
+            while not self._stopping.is_set():
+                try:
+                    jobs = await self._next_jobs()
+                except _GaveUp:
+                    break
+                if jobs:
+                    await self._run_batch(jobs)
+                    idle_since = time.monotonic()
+                elif (until_idle and not self._claim_lost
+                      and time.monotonic() - idle_since >= self.wait):
+                    break
+        finally:
+            self._beat_stop.set()
+            await beater
+            await self._main.close()
+            await self._beat.close()
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        return self.stats
+
+    async def _next_jobs(self) -> List[Claimed]:
+        """At start, the earlier open attempts of its name (marked unknown);
+        after a cut-off claim, the attempts it began; otherwise a claim."""
+        try:
+            if not self._started_up:
+                for job in await self._main.call(self._own_open_attempts, retry=True):
+                    await self._mark_earlier(job)
+                self._started_up = True
+            if self._claim_lost:
+                adopted = await self._main.call(self._own_open_attempts, retry=True)
+                self._claim_lost = False
+                if adopted:
+                    self.stats.adopted += len(adopted)
+                    log.info("%s: picked up %d open attempts of its own", self.name,
+                             len(adopted))
+                    return adopted
+        except _Lost:
+            return []
+        wait = min(self.wait, self.timeout / 3)
+
+        async def claim(conn: AConn, tries: int) -> List[Claimed]:
+            """One claim."""
+            return await run(conn, api.claim.steps(conn, self.name, self.operations,
+                                                   self.timeout, self.batch, self.provider,
+                                                   wait))
+        try:
+            jobs = await self._main.call(claim, retry=False)
+        except _Lost:
+            self._claim_lost = True
+            return []
+        self.stats.claimed += len(jobs)
+        return jobs
+
+    async def _mark_earlier(self, job: Claimed) -> None:
+        """An open attempt of its name from before it started: not run;
+        marked unknown, never touched again."""
+        self._untouchable.add(job.attempt_id)
+
+        async def mark(conn: AConn, tries: int) -> str:
+            """One try at mark_unknown."""
+            try:
+                return await run(conn, api.mark_unknown.steps(conn, job.attempt_id))
+            except InvalidTransition:
+                return "gone"
+        try:
+            if await self._main.call(mark, retry=True) == "unknown":
+                self.stats.marked_unknown += 1
+        except (_GaveUp, psycopg.Error) as err:
+            self.stats.report_errors += 1
+            log.error("%s: could not mark attempt %d unknown: %s", self.name, job.attempt_id,
+                      err)
+        log.warning("%s: attempt %d of job %d was open from before this worker started; "
+                    "not run again (its handler may have run)", self.name, job.attempt_id,
+                    job.job_id)
+
+    async def _own_open_attempts(self, conn: AConn, tries: int) -> List[Claimed]:
+        """Its started or unknown attempts not held and never run."""
+        skip = list(self._held) + list(self._ran) + list(self._untouchable)
+        async with conn.cursor(row_factory=dict_row) as cur:
+            await cur.execute("""SELECT a.attempt_id, a.job_id, a.attempt_no, j.operation,
+                                        a.provider, j.params, a.deadline
+                                   FROM jobguard.attempt_overview a
+                                   JOIN jobguard.job_overview j ON j.job_id = a.job_id
+                                  WHERE a.worker = %s AND a.state IN ('started', 'unknown')
+                                    AND a.attempt_id <> ALL (%s::bigint[])
+                                  ORDER BY a.attempt_id""", (self.name, skip))
+            return [Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
+                            r["operation"], r["provider"], r["params"], r["deadline"])
+                    for r in await cur.fetchall()]
+
+    async def _run_batch(self, jobs: List[Claimed]) -> None:
+        """Handle the batch in order; once stopping, hand back the rest."""
+        self._held.update((job.attempt_id, job) for job in jobs)
+        for i, job in enumerate(jobs):
+            if self._stopping.is_set():
+                for rest in jobs[i:]:
+                    await self._release(rest)
+                return
+            try:
+                await self._run_one(job)
+            finally:
+                self._held.pop(job.attempt_id, None)
+
+    async def _run_one(self, job: Claimed) -> None:
+        """Call the handler once and report its result or its error."""
+        if job.attempt_id in self._ran or job.attempt_id in self._untouchable:
+            log.error("%s: attempt %d was run already; not again", self.name, job.attempt_id)
+            return
+        self._ran.add(job.attempt_id)
+        try:
+            result = self.handler(job)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception as err:  # the handler's failure, whatever it is
+            retry_in = getattr(err, "retry_in", None)
+            if not isinstance(retry_in, (timedelta, int, float)):
+                retry_in = None
+            if await self._report_failure(job, f"{type(err).__name__}: {err}"[:MAX_ERROR],
+                                          retry_in):
+                self.stats.failed += 1
+        else:
+            why = unrecordable(result)
+            if why is not None:
+                await self._report_unrecorded(job, why)
+            else:
+                await self._report_result(job, result)
+        if job.attempt_id not in self._unreported:
+            self._ran.discard(job.attempt_id)
+
+    async def _report_result(self, job: Claimed, result: Any) -> None:
+        """finish, repeated after a lost connection; a refused result fails."""
+        refused: List[psycopg.Error] = []
+
+        async def finish(conn: AConn, tries: int) -> str:
+            """One try at finish_attempt."""
+            try:
+                return await run(conn, api.finish.steps(conn, job.attempt_id, result))
+            except (InvalidTransition, AttemptNotFound, ResultMismatch):
+                raise
+            except psycopg.Error as err:
+                if conn.closed or conn.broken:
+                    raise
+                refused.append(err)
+                return "refused"
+        try:
+            outcome = await self._main.call(finish, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self.stats.report_errors += 1
+            self._unreported.add(job.attempt_id)
+            log.error("%s: could not report the result of attempt %d of job %d: %s",
+                      self.name, job.attempt_id, job.job_id, err)
+            return
+        if outcome == "refused":
+            err = refused[-1]
+            await self._report_unrecorded(
+                job, f"finish_attempt refused it ({err.sqlstate or 'error'}: "
+                     f"{str(err).strip()})")
+        else:
+            setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
+
+    async def _report_unrecorded(self, job: Claimed, why: str) -> None:
+        """Fail the attempt once with an error saying why its result cannot be recorded."""
+        text = f"UnrecordableResult: the handler's result cannot be recorded: {why}"
+        log.error("%s: attempt %d of job %d: %s", self.name, job.attempt_id, job.job_id, text)
+        if await self._report_failure(job, text[:MAX_ERROR], None):
+            self.stats.unrecorded += 1
+
+    async def _report_failure(self, job: Claimed, error: str,
+                              retry_in: Optional[Seconds]) -> bool:
+        """fail the attempt; a repeat finding it failed counts as done."""
+        async def fail(conn: AConn, tries: int) -> str:
+            """One try at fail_attempt."""
+            try:
+                return await run(conn, api.fail.steps(conn, job.attempt_id, error, retry_in))
+            except InvalidTransition as err:
+                if tries > 0 and err.state == "failed":
+                    return "failed"
+                raise
+        try:
+            await self._main.call(fail, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self.stats.report_errors += 1
+            self._unreported.add(job.attempt_id)
+            log.error("%s: could not fail attempt %d of job %d: %s", self.name, job.attempt_id,
+                      job.job_id, err)
+            return False
+        return True
+
+    async def _release(self, job: Claimed) -> None:
+        """Hand back a claimed attempt that will not run (cancel_attempt)."""
+        async def cancel(conn: AConn, tries: int) -> str:
+            """One try at cancel_attempt."""
+            try:
+                return await run(conn, api.cancel_attempt.steps(
+                    conn, job.attempt_id, f"worker {self.name} stopped before running it"))
+            except InvalidTransition as err:
+                if tries > 0 and err.state == "cancelled":
+                    return "cancelled"
+                raise
+        try:
+            await self._main.call(cancel, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self.stats.report_errors += 1
+            log.error("%s: could not hand back attempt %d of job %d: %s", self.name,
+                      job.attempt_id, job.job_id, err)
+        else:
+            self.stats.released += 1
+        finally:
+            self._held.pop(job.attempt_id, None)
+
+    async def _beat_loop(self) -> None:
+        """Every heartbeat_every, push back the deadline of each held attempt."""
+        refused: Set[AttemptId] = set()
+        while True:
+            try:
+                await asyncio.wait_for(self._beat_stop.wait(), self.heartbeat_every)
+                return
+            except asyncio.TimeoutError:
+                pass
+            for attempt_id in [a for a in self._held if a not in refused]:
+                if self._beat_stop.is_set():
+                    return
+
+                async def beat(conn: AConn, tries: int, a: AttemptId = attempt_id) -> Any:
+                    """One heartbeat."""
+                    return await run(conn, api.heartbeat.steps(conn, a))
+                try:
+                    await self._beat.call(beat, retry=False)
+                    self.stats.heartbeats += 1
+                except (InvalidTransition, AttemptNotFound) as err:
+                    refused.add(attempt_id)
+                    reported = (isinstance(err, InvalidTransition)
+                                and err.state in ("succeeded", "lost", "failed"))
+                    if attempt_id in self._held and not reported:
+                        self.stats.heartbeats_refused += 1
+                        log.warning("%s: heartbeat refused: %s", self.name, err)
+                except _Lost:
+                    break
+                except _GaveUp:
+                    return
+                except psycopg.Error as err:
+                    log.warning("%s: heartbeat failed: %s", self.name, err)
