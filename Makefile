@@ -4,6 +4,8 @@
 #                             $(PG_CONFIG) names
 #   make test                 set up everything on a fresh Debian machine, then
 #                             run every suite against a throwaway cluster
+#                             (PG_MAJORS="15 17 18": also PostgreSQL 17 and 18,
+#                             in Debian chroots; see doc/postgresql-versions.md)
 #   make demo                 the same set-up, then the double-click story
 #   make bench                the benchmark against the SQL floor and the peers
 #   make bench-growth         growth, bloat and memory over millions of jobs
