@@ -4,6 +4,8 @@
 #                             $(PG_CONFIG) names
 #   make test                 set up everything on a fresh Debian machine, then
 #                             run every suite against a throwaway cluster
+#                             (PG_MAJORS="15 17 18": also PostgreSQL 17 and 18,
+#                             in Debian chroots; see doc/postgresql-versions.md)
 #   make demo                 the same set-up, then the double-click story
 #   make bench                the benchmark against the SQL floor and the peers
 #   make bench-growth         growth, bloat and memory over millions of jobs
@@ -25,8 +27,14 @@ REGRESS      = $(JOBGUARD_REGRESS)
 REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
-ISOLATION      = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race
+JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race
+ISOLATION      = $(JOBGUARD_ISOLATION)
 ISOLATION_OPTS = --load-extension=jobguard
+
+# what make test runs first in each pass of the pg_regress and isolation
+# suites: their sessions saw the jobguard.fast_path the pass names
+PASS_CHECK_REGRESS   = pass_setting
+PASS_CHECK_ISOLATION = pass_setting_iso
 
 TAP_TESTS = 1
 

@@ -41,12 +41,13 @@ ensure_packages() {
 
 # build_and_install: compile jobguard and install it into PostgreSQL, with
 # jobguard_proxy, the PL/Proxy layer for sharded deployments.  PG_CFLAGS
-# (e.g. -Werror in CI) is passed through when set.
+# (e.g. -Werror in CI) is passed through when set.  Returns non-zero at the
+# first step that fails (also where the caller's set -e does not apply).
 build_and_install() {
-	echo "jobguard: building and installing"
-	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" ${PG_CFLAGS:+PG_CFLAGS="$PG_CFLAGS"}
-	as_root make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" install
-	as_root make -C "$ROOT/proxy" -s PG_CONFIG="$PG_CONFIG" install
+	echo "jobguard: building and installing against $("$PG_CONFIG" --version)"
+	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" ${PG_CFLAGS:+PG_CFLAGS="$PG_CFLAGS"} &&
+		as_root make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" install &&
+		as_root make -C "$ROOT/proxy" -s PG_CONFIG="$PG_CONFIG" install
 }
 
 # free_port: print a TCP port on 127.0.0.1 that nothing listens on.

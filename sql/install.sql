@@ -13,8 +13,11 @@ CREATE DATABASE regress_jg_install OWNER regress_jg_dbowner;
 SET ROLE regress_jg_dbowner;
 CREATE SCHEMA jobguard;
 RESET ROLE;
+-- (no CONTEXT: from PostgreSQL 18 on it also quotes the script's statement)
 \set VERBOSITY default
+\set SHOW_CONTEXT never
 CREATE EXTENSION jobguard;
+\set SHOW_CONTEXT errors
 \set VERBOSITY terse
 SELECT count(*) AS jobguard_objects FROM pg_depend d
   JOIN pg_extension e ON e.oid = d.refobjid WHERE e.extname = 'jobguard';

@@ -147,8 +147,7 @@ text_result(const char *s)
  * so; another scope's job or attempt is answered as if it did not exist.
  * Runs inside store_connect().
  */
-void
-pg_attribute_noreturn()
+pg_noreturn void
 report_job_not_found(int64 job_id, Oid caller, ScopeUse use)
 {
 	char	   *job_scope;
@@ -170,8 +169,7 @@ report_job_not_found(int64 job_id, Oid caller, ScopeUse use)
  * report_attempt_not_found: raise JG009 for an id that names no attempt
  * the caller may use; DETAIL says when the number is a job id instead.
  */
-void
-pg_attribute_noreturn()
+pg_noreturn void
 report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use)
 {
 	char	   *job_scope;
@@ -190,8 +188,7 @@ report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use)
 }
 
 /* report_retries_exhausted: raise a serialization failure (40001) to retry. */
-void
-pg_attribute_noreturn()
+pg_noreturn void
 report_retries_exhausted(const char *what, int64 id)
 {
 	ereport(ERROR,

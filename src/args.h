@@ -20,6 +20,7 @@
 #include "fmgr.h"
 #include "access/tupdesc.h"
 
+#include "pg_compat.h"
 #include "scopes.h"
 
 /* Longest owner_id, idempotency_key and attempt_key, in characters. */
@@ -45,9 +46,9 @@ extern int64 int64_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern Datum jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern int	max_payload_kb;
 extern void require_payload_size(Datum value, const char *name);
-extern void report_job_not_found(int64 job_id, Oid caller, ScopeUse use) pg_attribute_noreturn();
-extern void report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use) pg_attribute_noreturn();
-extern void report_retries_exhausted(const char *what, int64 id) pg_attribute_noreturn();
+pg_noreturn extern void report_job_not_found(int64 job_id, Oid caller, ScopeUse use);
+pg_noreturn extern void report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use);
+pg_noreturn extern void report_retries_exhausted(const char *what, int64 id);
 extern TupleDesc result_tupdesc(FunctionCallInfo fcinfo);
 extern Datum text_result(const char *s);
 

@@ -29,6 +29,7 @@
 #include "utils/numeric.h"
 
 #include "contract_tree.h"
+#include "pg_compat.h"
 
 const char *const jg_type_names[JG_NUM_TYPES] = {
 	"object", "array", "string", "number", "integer", "boolean", "null"
@@ -42,8 +43,8 @@ typedef struct JgCompileState
 	StringInfoData path;		/* JSON path into the contract document */
 } JgCompileState;
 
-static void compile_error(JgCompileState *st, const char *fmt,...)
-			pg_attribute_printf(2, 3) pg_attribute_noreturn();
+pg_noreturn static void compile_error(JgCompileState *st, const char *fmt,...)
+			pg_attribute_printf(2, 3);
 static JgContract *compile_node(JgCompileState *st, JsonbContainer *jc);
 
 /*

@@ -108,9 +108,8 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 											 DatumGetJsonbP(result));
 	if (violation != NULL)
 	{
-		int			job_before = stats_gauges_kept()
+		job_before = stats_gauges_kept()
 			? store_stored_job_gauge(attempt->job_id) : GAUGE_NONE;
-
 		if (!store_close_attempt(attempt->id, attempt->stored_state, ATTEMPT_FAILED,
 								 psprintf("result breaks the output contract of operation \"%s\": %s",
 										  job->operation, violation),

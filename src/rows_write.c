@@ -32,6 +32,7 @@
 #include "utils/snapmgr.h"
 
 #include "fastpath.h"
+#include "pg_compat.h"
 
 /*
  * rows_begin_statement: what starting a statement does for its reads: make this
@@ -76,7 +77,7 @@ rows_fetch_by_key(Relation heap, Oid indexoid, int nkeys, const Datum *values,
 		ScanKeyEntryInitialize(&keys[i], 0, i + 1, BTEqualStrategyNumber,
 							   InvalidOid, index->rd_indcollation[i],
 							   procs[i], values[i]);
-	scan = index_beginscan(heap, index, snap, nkeys, 0);
+	scan = jg_index_beginscan(heap, index, snap, nkeys, 0);
 	index_rescan(scan, keys, nkeys, NULL, 0);
 	found = index_getnext_slot(scan, direction, slot);
 	index_endscan(scan);
@@ -157,7 +158,8 @@ rows_writer_open(RowWriter *w, Oid relid, TableRules *rules, CmdType cmd)
 	w->rri = makeNode(ResultRelInfo);
 	/* no range table: index inserts then treat all key columns as unchanged */
 	InitResultRelInfo(w->rri, w->rel, 0, NULL, 0);
-	CheckValidResultRel(w->rri, cmd);
+	jg_check_valid_result_rel(w->rri, cmd,
+							  cmd == CMD_INSERT ? ONCONFLICT_NOTHING : ONCONFLICT_NONE);
 	ExecOpenIndices(w->rri, cmd == CMD_INSERT);
 	w->new_row = MakeSingleTupleTableSlot(RelationGetDescr(w->rel), &TTSOpsVirtual);
 	w->old_row = table_slot_create(w->rel, NULL);
@@ -354,8 +356,8 @@ rows_insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap)
 		bool		spec_conflict = false;
 
 		CHECK_FOR_INTERRUPTS();
-		if (!ExecCheckIndexConstraints(w->rri, w->new_row, w->estate,
-									   &conflict, arbiters))
+		if (!jg_check_index_constraints(w->rri, w->new_row, w->estate,
+										&conflict, arbiters))
 		{
 			require_visible_conflict(w, &conflict, snap);
 			return false;
@@ -364,8 +366,8 @@ rows_insert_unless_conflict(RowWriter *w, List *arbiters, Snapshot snap)
 		token = SpeculativeInsertionLockAcquire(GetCurrentTransactionId());
 		table_tuple_insert_speculative(w->rel, w->new_row,
 									   GetCurrentCommandId(true), 0, NULL, token);
-		list_free(ExecInsertIndexTuples(w->rri, w->new_row, w->estate,
-										false, true, &spec_conflict, arbiters));
+		list_free(jg_insert_index_tuples(w->rri, w->new_row, w->estate,
+										 false, true, &spec_conflict, arbiters, false));
 		table_tuple_complete_speculative(w->rel, w->new_row, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(GetCurrentTransactionId());
 		if (!spec_conflict)
@@ -396,7 +398,7 @@ rows_update_if(RowWriter *w, Oid indexoid, int64 id, Snapshot snap,
 	{
 		TM_FailureData tmfd;
 		LockTupleMode lockmode;
-		bool		update_indexes;
+		JgUpdateIndexes update_indexes;
 		TM_Result	result;
 
 		new_row_from_old(w);
@@ -411,9 +413,10 @@ rows_update_if(RowWriter *w, Oid indexoid, int64 id, Snapshot snap,
 		{
 			case TM_Ok:
 				/* no key column ever changes here: index inserts get that hint */
-				if (update_indexes)
-					list_free(ExecInsertIndexTuples(w->rri, w->new_row, w->estate,
-													true, false, NULL, NIL));
+				if (jg_indexes_to_update(update_indexes))
+					list_free(jg_insert_index_tuples(w->rri, w->new_row, w->estate,
+													 true, false, NULL, NIL,
+													 jg_only_summarizing(update_indexes)));
 				return true;
 			case TM_Updated:
 				if (IsolationUsesXactSnapshot())

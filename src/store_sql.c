@@ -238,16 +238,18 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 	/*
 	 * Lock one attempt: finishes, fails and cancels of it run one at a time.
-	 * Only an attempt of a job of scope $2 (NULL: any).
+	 * Only an attempt of a job of scope $2 (NULL: any).  The job's scope is
+	 * a scalar subquery, not an EXISTS: PostgreSQL 18 may plan an EXISTS as
+	 * a hashed subplan reading every job of the scope, even with sequential
+	 * scans disabled, where a scalar subquery reads the one job by its key.
 	 */
 	[STMT_LOCK_ATTEMPT] = {
 		"lock attempt",
 		"SELECT " ATTEMPT_COLUMNS
 		" FROM jobguard.attempts a"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1"
-		" AND ($2 IS NULL OR EXISTS (SELECT 1 FROM jobguard.jobs s"
-		"  WHERE s.id OPERATOR(pg_catalog.=) a.job_id"
-		"  AND s.scope OPERATOR(pg_catalog.=) $2))"
+		" AND ($2 IS NULL OR (SELECT s.scope FROM jobguard.jobs s"
+		"  WHERE s.id OPERATOR(pg_catalog.=) a.job_id) OPERATOR(pg_catalog.=) $2)"
 		" FOR UPDATE OF a",
 		2, {INT8OID, TEXTOID},
 		SPI_OK_SELECT, false

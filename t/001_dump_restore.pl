@@ -165,7 +165,10 @@ as_role($node, 'owned', 'app_owner', 'CREATE TABLE orders (id integer PRIMARY KE
 my $dir = PostgreSQL::Test::Utils::tempdir();
 $node->command_fails_like(
 	[ 'pg_dump', '--format=custom', '--file', "$dir/by_owner.dump", $node->connstr('owned') . ' user=app_owner' ],
-	qr/permission denied for schema jobguard/,
+	# (PostgreSQL 18's pg_dump reads sequences with pg_get_sequence_data(),
+	# which answers NULL to a role that may not read the sequence: pg_dump
+	# then stops at jobguard's sequence instead of at its schema)
+	qr/permission denied for schema jobguard|failed to get data for sequence "[a-z_]+"; user may lack SELECT privilege/,
 	"the database owner's pg_dump fails: jobguard's tables are not its to read");
 $node->command_ok(
 	[

@@ -21,9 +21,11 @@ use Test::More;
 use IPC::Run;
 use POSIX ();
 use Time::HiRes qw(time sleep);
+use FindBin;
 
 my $clients = 8;
-my $client_script = "$ENV{TESTDIR}/examples/failover/retrying_client.pl";
+# found from this file (PostgreSQL 17's PGXS no longer sets TESTDIR)
+my $client_script = "$FindBin::RealBin/../examples/failover/retrying_client.pl";
 my $bindir = `pg_config --bindir`;
 chomp $bindir;
 my ($pg_autoctl) = grep { -x } map { "$_/pg_autoctl" } split /:/, $ENV{PATH};
