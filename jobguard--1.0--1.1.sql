@@ -4,7 +4,7 @@
 \echo Use "ALTER EXTENSION jobguard UPDATE TO '1.1'" to load this file. \quit
 
 /*
- * The schema must belong to the extension's owner (see jobguard--1.1.sql):
+ * The schema must belong to the extension's owner (see jobguard--1.0.sql):
  * a 1.0 installed into a schema somebody else had created is refused here
  * too, before anything runs with the owner's rights.
  */
@@ -35,6 +35,10 @@ $$;
  * Who held which 1.0 grant: clients could submit, readers only read.  Kept
  * here while the functions are replaced, then given again as 1.1 grants in
  * the scope default (readers: every scope, payloads included, as in 1.0).
+ * When 1.0's objects were made by this very transaction, this is a fresh
+ * install (CREATE EXTENSION jobguard runs jobguard--1.0.sql and then this
+ * script): no grant function has run yet, and whatever rights the objects
+ * carry came from default privileges, which the pass below takes back.
  */
 CREATE TABLE jobguard.update_1_0_grants AS
 SELECT a.grantee::pg_catalog.regrole AS role,
@@ -44,6 +48,7 @@ SELECT a.grantee::pg_catalog.regrole AS role,
    AND p.proname OPERATOR(pg_catalog.=) ANY ('{submit,job_state}'::pg_catalog.name[])
    AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
    AND a.grantee OPERATOR(pg_catalog.<>) 0
+   AND p.xmin OPERATOR(pg_catalog.<>) pg_catalog.pg_current_xact_id()::pg_catalog.xid
  GROUP BY a.grantee;
 
 ---------------------------------------------------------------------------
@@ -694,7 +699,7 @@ SELECT jobguard.take_back(g.role) FROM jobguard.update_1_0_grants g;
 -- The worker side: claim, heartbeat, retry backoff, batch submit.
 ---------------------------------------------------------------------------
 
--- appended at the end of each table, where jobguard--1.1.sql has them too
+-- appended at the end of each table
 ALTER TABLE jobguard.jobs ADD COLUMN not_before timestamptz;
 ALTER TABLE jobguard.attempts ADD COLUMN worker jobguard.key_text;
 ALTER TABLE jobguard.attempts ADD COLUMN timeout interval;
@@ -813,6 +818,18 @@ SELECT pg_catalog.pg_extension_config_dump('jobguard.grants', '');
 SELECT pg_catalog.pg_extension_config_dump('jobguard.policies', '');
 
 ---------------------------------------------------------------------------
+-- Operations at scale (issue 17): purge in batches, with progress.
+---------------------------------------------------------------------------
+
+CREATE PROCEDURE jobguard.purge_batches(older_than interval, batch_size integer DEFAULT 10000)
+LANGUAGE C
+AS 'MODULE_PATHNAME', 'jobguard_purge_batches';
+
+COMMENT ON PROCEDURE jobguard.purge_batches(interval, integer) IS 'purge() committing after every batch, with a NOTICE and pg_stat_activity progress per batch; CALL it outside a transaction block';
+
+REVOKE ALL ON PROCEDURE jobguard.purge_batches(interval, integer) FROM PUBLIC;
+
+---------------------------------------------------------------------------
 -- Default privileges do not reach jobguard's objects.
 ---------------------------------------------------------------------------
 
@@ -845,7 +862,7 @@ BEGIN
 			   pg_catalog.aclexplode(c.relacl) a
 		 WHERE n.nspname = 'jobguard' AND a.grantee <> c.relowner
 		UNION ALL
-		SELECT format('REVOKE ALL ON FUNCTION %s FROM %s', p.oid::regprocedure,
+		SELECT format('REVOKE ALL ON ROUTINE %s FROM %s', p.oid::regprocedure,
 					  CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END),
 			   CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE a.grantee::regrole::text END
 		  FROM pg_catalog.pg_proc p
@@ -883,16 +900,3 @@ SELECT jobguard.apply_grant(g.role, CASE WHEN g.client THEN 'client' ELSE 'reade
 							CASE WHEN g.client THEN 'default' END, true, 'update')
   FROM jobguard.update_1_0_grants g;
 DROP TABLE jobguard.update_1_0_grants;
-
----------------------------------------------------------------------------
--- Operations at scale (issue 17): purge in batches, with progress.
--- (Kept identical at the end of jobguard--1.1.sql and jobguard--1.0--1.1.sql.)
----------------------------------------------------------------------------
-
-CREATE PROCEDURE jobguard.purge_batches(older_than interval, batch_size integer DEFAULT 10000)
-LANGUAGE C
-AS 'MODULE_PATHNAME', 'jobguard_purge_batches';
-
-COMMENT ON PROCEDURE jobguard.purge_batches(interval, integer) IS 'purge() committing after every batch, with a NOTICE and pg_stat_activity progress per batch; CALL it outside a transaction block';
-
-REVOKE ALL ON PROCEDURE jobguard.purge_batches(interval, integer) FROM PUBLIC;

@@ -1,7 +1,39 @@
-/* jobguard--1.0.sql: the tables, views and functions of jobguard 1.0 */
+/*
+ * jobguard--1.0.sql: the tables, views and functions of jobguard 1.0.
+ *
+ * The only full script.  CREATE EXTENSION jobguard runs it and then the
+ * update scripts in order (jobguard--1.0--1.1.sql, jobguard--1.1--1.2.sql):
+ * a fresh install and a database updated in place run the same statements,
+ * and each version's changes are written once, in its update script.
+ */
 
 -- complain if script is sourced in psql, rather than via CREATE EXTENSION
 \echo Use "CREATE EXTENSION jobguard" to load this file. \quit
+
+/*
+ * The schema must be the installer's own.  CREATE EXTENSION reuses a schema
+ * named jobguard that already exists; whoever owns it could later rename it
+ * and put objects of their own under the name, to be run by the functions
+ * of the extension with its owner's rights.  Refuse such a schema, before
+ * anything is created: every install starts here (CREATE EXTENSION jobguard
+ * runs this script, then the update scripts up to the default version).
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	schema_owner name;
+BEGIN
+	SELECT r.rolname INTO schema_owner
+	  FROM pg_catalog.pg_namespace n
+	  JOIN pg_catalog.pg_roles r ON r.oid OPERATOR(pg_catalog.=) n.nspowner
+	 WHERE n.nspname OPERATOR(pg_catalog.=) 'jobguard';
+	IF schema_owner OPERATOR(pg_catalog.<>) CURRENT_USER THEN
+		RAISE EXCEPTION 'schema "jobguard" already exists and is owned by role "%"', schema_owner
+			USING ERRCODE = 'insufficient_privilege',
+				  DETAIL = 'jobguard installs only into a schema that the installing role owns.',
+				  HINT = 'Drop the schema (or give it to the installing role) before CREATE EXTENSION jobguard.';
+	END IF;
+END
+$$;
 
 /*
  * Single-column rules live in domains rather than table CHECKs: PostgreSQL

@@ -62,6 +62,7 @@ SELECT has_table_privilege('regress_jg_app', 'jobguard.jobs', 'UPDATE') AS updat
 	   has_function_privilege('regress_jg_app', 'jobguard.define_operation(text, jsonb, interval, interval)', 'EXECUTE') AS define_operation,
 	   has_function_privilege('regress_jg_app', 'jobguard.certify_provider(text, text, jsonb)', 'EXECUTE') AS certify_provider,
 	   has_function_privilege('regress_jg_app', 'jobguard.submit(text, text, text, jsonb, text, integer)', 'EXECUTE') AS submit,
+	   has_function_privilege('regress_jg_app', 'jobguard.purge_batches(interval, integer)', 'EXECUTE') AS purge_batches,
 	   has_schema_privilege('regress_jg_app', 'jobguard', 'CREATE') AS create_in_schema;
 -- the role gets exactly what a grant function gives, and nothing more
 SELECT jobguard.grant_client('regress_jg_app');

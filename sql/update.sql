@@ -1,13 +1,18 @@
--- Updating 1.0 to 1.1 in place: a 1.0 database holding jobs in every state
--- and 1.0 grants runs ALTER EXTENSION jobguard UPDATE.  Afterwards every
--- job is where it was (in the scope default), the grants are 1.1 grants,
--- new ids are above every old one and never shared by a job and an
--- attempt, and the extension describes exactly what a fresh 1.1 install
--- describes.  The database is kept: make test then runs every suite on it.
+-- Updating in place, to the default version (1.2): a 1.0 database holding
+-- jobs in every state and 1.0 grants runs ALTER EXTENSION jobguard UPDATE.
+-- Afterwards every job is where it was (in the scope default), the grants
+-- are 1.1 grants, new ids are above every old one and never shared by a job
+-- and an attempt, and the extension describes exactly what a fresh install
+-- describes.  A 1.1 database holding a job updates likewise.  (A fresh
+-- install runs jobguard--1.0.sql and the update scripts in turn, so what
+-- this compares is the update path from each older version against the
+-- statements CREATE EXTENSION runs.)  The 1.0 database is kept: make test
+-- then runs every suite on it.
 SELECT current_database() AS regress_db \gset
 SET client_min_messages = warning;
 DROP DATABASE IF EXISTS regress_jg_update;
 DROP DATABASE IF EXISTS regress_jg_fresh;
+DROP DATABASE IF EXISTS regress_jg_from_1_1;
 RESET client_min_messages;
 DO $$
 BEGIN
@@ -20,8 +25,10 @@ BEGIN
 END $$;
 CREATE DATABASE regress_jg_update;
 CREATE DATABASE regress_jg_fresh;
+CREATE DATABASE regress_jg_from_1_1;
 \c regress_jg_fresh
 CREATE EXTENSION jobguard;
+SELECT extversion FROM pg_extension WHERE extname = 'jobguard';
 \set ECHO none
 \i sql/include/extension_shape.sql
 \set ECHO all
@@ -92,5 +99,45 @@ ORDER BY 1, 2;
 -- the suites that run next on this database start from empty tables
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
 	RESTART IDENTITY;
+
+-- 1.1 to the default version: a 1.1 database with a finished job and a
+-- client keeps both, and then describes what a fresh install describes
+\c regress_jg_from_1_1
+CREATE EXTENSION jobguard VERSION '1.1';
+SELECT jobguard.grant_client('regress_upd_client');
+SET ROLE regress_upd_client;
+SELECT job_id AS job_1_1 FROM jobguard.submit('dora', 'before-update', 'charge', '{"cents": 900}', 'stripe') \gset
+RESET ROLE;
+SELECT jobguard.begin_attempt(:job_1_1) AS attempt_1_1 \gset
+SELECT jobguard.finish_attempt(:attempt_1_1, '{"charge": "ch_9"}');
+CREATE TABLE before_update AS
+SELECT v.job_id, v.state, v.scope, v.attempts, v.version, v.completed_by, v.params, v.result
+  FROM jobguard.job_overview v;
+ALTER EXTENSION jobguard UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'jobguard';
+SELECT v.job_id = :job_1_1 AS same_job, v.state,
+	   (v.state, v.scope, v.attempts, v.version, v.completed_by, v.params, v.result)
+	   IS NOT DISTINCT FROM (b.state, b.scope, b.attempts, b.version, b.completed_by, b.params, b.result) AS unchanged
+  FROM jobguard.job_overview v JOIN before_update b USING (job_id);
+SELECT role, kind, scope, payloads FROM jobguard.grants ORDER BY role::text;
+SET ROLE regress_upd_client;
+SELECT job_id = :job_1_1 AS replayed, created
+  FROM jobguard.submit('dora', 'before-update', 'charge', '{"cents": 900}', 'stripe');
+RESET ROLE;
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+SELECT jobguard.revoke_client('regress_upd_client');
+DROP TABLE before_update;
+\set ECHO none
+\i sql/include/extension_shape.sql
+\set ECHO all
+SELECT 'only after update' AS side, line FROM (
+	SELECT line FROM pg_temp.extension_shape() AS line
+	EXCEPT SELECT unnest(string_to_array(:'fresh_shape', E'\x1e'))) u
+UNION ALL
+SELECT 'only when fresh', line FROM (
+	SELECT unnest(string_to_array(:'fresh_shape', E'\x1e')) AS line
+	EXCEPT SELECT line FROM pg_temp.extension_shape() AS line) f
+ORDER BY 1, 2;
 \c :regress_db
 DROP DATABASE regress_jg_fresh;
+DROP DATABASE regress_jg_from_1_1;

@@ -1,6 +1,6 @@
 -- pg_temp.extension_shape(): everything CREATE EXTENSION jobguard makes,
 -- described without OIDs, one line per fact: a database updated from 1.0
--- must describe the same as one created at 1.1.  Privileges are compared
+-- or from 1.1 must describe the same as one created fresh.  Privileges are compared
 -- as far as the owner and PUBLIC hold them (grants to roles are data).
 CREATE FUNCTION pg_temp.extension_shape() RETURNS SETOF text
 LANGUAGE sql AS $shape$
