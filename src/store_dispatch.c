@@ -18,10 +18,19 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
 
 #include "transitions.h"
 #include "store.h"
@@ -78,14 +87,262 @@ scope_datum(const char *scope, char *null_flag)
 }
 
 /*
+ * Key indexes that ON CONFLICT does not arbitrate.
+ *
+ * INSERT ... ON CONFLICT takes as arbiters only the valid unique indexes on
+ * the key; a unique index on the key that is being built (CREATE UNIQUE
+ * INDEX CONCURRENTLY, REINDEX CONCURRENTLY: ready for inserts, not valid
+ * yet) checks the key on its own, and the second of two simultaneous
+ * inserts of one key then gets 23505 from it instead of finding the first
+ * one's job.  When jobs has such an index, or more than one unique index
+ * on the key, the inserts of submit run in a subtransaction, and a unique
+ * violation raised by an index on the key is what a conflict would have
+ * been: nothing inserted, the winner's job read by the caller.  Otherwise
+ * (the usual case: one key index) no subtransaction is taken.  What jobs'
+ * indexes are is cached per backend and forgotten at any relcache
+ * invalidation of jobs, which CREATE INDEX CONCURRENTLY sends at each step.
+ */
+#define MAX_KEY_INDEXES 16
+
+static Oid	key_jobs_relid = InvalidOid;	/* jobguard.jobs, when known */
+static bool key_cache_valid = false;
+static bool key_violation_possible = false;
+static int	n_key_indexes = 0;
+static Oid	key_indexes[MAX_KEY_INDEXES];
+static bool key_callback_registered = false;
+
+/* key_cache_invalidate: relcache callback; jobs (or everything) changed. */
+static void
+key_cache_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == key_jobs_relid)
+		key_cache_valid = false;
+	for (int i = 0; i < n_key_indexes; i++)
+		if (key_indexes[i] == relid)
+			key_cache_valid = false;
+}
+
+/*
+ * is_key_index: whether index (open) is unique on exactly scope, owner_id
+ * and idempotency_key, in any order, without expressions.
+ */
+static bool
+is_key_index(Relation jobs, Relation index)
+{
+	Form_pg_index form = index->rd_index;
+	AttrNumber	key[3];
+	bool		seen[3] = {false, false, false};
+
+	if (!form->indisunique || form->indnkeyatts != 3 ||
+		RelationGetIndexExpressions(index) != NIL)
+		return false;
+	key[0] = get_attnum(RelationGetRelid(jobs), "scope");
+	key[1] = get_attnum(RelationGetRelid(jobs), "owner_id");
+	key[2] = get_attnum(RelationGetRelid(jobs), "idempotency_key");
+	for (int k = 0; k < 3; k++)
+	{
+		bool		known = false;
+
+		for (int c = 0; c < 3; c++)
+			if (form->indkey.values[k] == key[c] && !seen[c])
+				seen[c] = known = true;
+		if (!known)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * key_violation_check: whether an insert into jobs may raise 23505 from
+ * an index on the key (see above), from the cache or worked out now.  The
+ * table is locked as the insert will lock it first, which processes
+ * pending invalidations: the answer describes the indexes the insert sees.
+ */
+static bool
+key_violation_check(void)
+{
+	Relation	jobs;
+	List	   *indexes;
+	ListCell   *lc;
+	int			ready = 0;
+	bool		building = false;
+
+	if (!OidIsValid(key_jobs_relid))
+	{
+		Oid			schema = get_namespace_oid("jobguard", true);
+
+		if (!OidIsValid(schema))
+			return false;
+		key_jobs_relid = get_relname_relid("jobs", schema);
+		if (!OidIsValid(key_jobs_relid))
+			return false;
+		key_cache_valid = false;
+	}
+	if (!key_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(key_cache_invalidate, (Datum) 0);
+		key_callback_registered = true;
+	}
+	LockRelationOid(key_jobs_relid, RowExclusiveLock);
+	if (key_cache_valid)
+		return key_violation_possible;
+
+	key_cache_valid = true;
+	n_key_indexes = 0;
+	jobs = table_open(key_jobs_relid, RowExclusiveLock);
+	indexes = RelationGetIndexList(jobs);
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+
+		if (index->rd_index->indisready && is_key_index(jobs, index))
+		{
+			ready++;
+			if (!index->rd_index->indisvalid)
+				building = true;
+			if (n_key_indexes < MAX_KEY_INDEXES)
+				key_indexes[n_key_indexes++] = lfirst_oid(lc);
+		}
+		index_close(index, AccessShareLock);
+	}
+	list_free(indexes);
+	table_close(jobs, NoLock);
+	key_violation_possible = building || ready > 1;
+	return key_violation_possible;
+}
+
+/*
+ * violates_key_index: whether the error is a unique violation raised by
+ * one of jobs' indexes on the key.
+ */
+static bool
+violates_key_index(const ErrorData *edata)
+{
+	Oid			index;
+
+	if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION ||
+		edata->schema_name == NULL || edata->table_name == NULL ||
+		edata->constraint_name == NULL ||
+		strcmp(edata->schema_name, "jobguard") != 0 ||
+		strcmp(edata->table_name, "jobs") != 0)
+		return false;
+	index = get_relname_relid(edata->constraint_name, get_rel_namespace(key_jobs_relid));
+	for (int i = 0; i < n_key_indexes; i++)
+		if (key_indexes[i] == index)
+			return true;
+	return false;
+}
+
+/* The inserts key_guarded() runs. */
+typedef enum KeyInsert
+{
+	KEY_INSERT_JOB,
+	KEY_INSERT_JOBS
+} KeyInsert;
+
+/* Their arguments. */
+typedef struct KeyInsertArgs
+{
+	Datum		scope,
+				owner_id,
+				idempotency_key,
+				operation,
+				params,
+				provider,
+				max_attempts;
+	bool		max_attempts_null;
+	int64	   *job_id;
+	const JobBatch *batch;
+	bool	   *inserted;
+	int64	   *job_ids;
+} KeyInsertArgs;
+
+static bool insert_job(const KeyInsertArgs *a);
+static void insert_jobs(const KeyInsertArgs *a);
+
+/*
+ * key_guarded: run one of submit's inserts in a subtransaction; a unique
+ * violation raised by an index on the key rolls it back and returns false
+ * (the call then reads the winner's job, as after a conflict).  Any other
+ * error goes on.  Returns true when the insert ran to its end; insert_job's
+ * own answer is in *result.
+ */
+static bool
+key_guarded(KeyInsert what, const KeyInsertArgs *a, bool *result)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool done = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		if (what == KEY_INSERT_JOB)
+			*result = insert_job(a);
+		else
+			insert_jobs(a);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		done = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		if (!violates_key_index(edata))
+		{
+			FreeErrorData(edata);
+			PG_RE_THROW();
+		}
+		FlushErrorState();
+		FreeErrorData(edata);
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+	}
+	PG_END_TRY();
+	return done;
+}
+
+/*
  * store_insert_job: insert a new job in the scope unless one exists there
  * for the key.  Returns true and the new id when this call created it.
+ * A unique violation on an index of the key that ON CONFLICT does not
+ * arbitrate (see key_guarded) counts as a conflict: false.
  */
 bool
 store_insert_job(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 				 Datum params, Datum provider,
 				 Datum max_attempts, bool max_attempts_null, int64 *job_id)
 {
+	KeyInsertArgs a = {scope, owner_id, idempotency_key, operation, params,
+	provider, max_attempts, max_attempts_null, job_id, NULL, NULL, NULL};
+	bool		inserted = false;
+
+	if (!key_violation_check())
+		return insert_job(&a);
+	if (!key_guarded(KEY_INSERT_JOB, &a, &inserted))
+		return false;
+	return inserted;
+}
+
+/* insert_job: store_insert_job() on either path, unguarded. */
+static bool
+insert_job(const KeyInsertArgs *ka)
+{
+	Datum		scope = ka->scope,
+				owner_id = ka->owner_id,
+				idempotency_key = ka->idempotency_key,
+				operation = ka->operation,
+				params = ka->params,
+				provider = ka->provider,
+				max_attempts = ka->max_attempts;
+	bool		max_attempts_null = ka->max_attempts_null;
+	int64	   *job_id = ka->job_id;
 	Datum		values[7] = {owner_id, idempotency_key, operation, params,
 	provider, max_attempts, scope};
 	char		nulls[7] = {' ', ' ', ' ', ' ', ' ', max_attempts_null ? 'n' : ' ', ' '};
@@ -111,16 +368,46 @@ same_text(Datum a, Datum b)
 		memcmp(VARDATA_ANY(ta), VARDATA_ANY(tb), VARSIZE_ANY_EXHDR(ta)) == 0;
 }
 
+/* How often a batch is tried again after a key index's unique violation. */
+#define KEY_BATCH_TRIES 3
+
 /*
  * store_insert_jobs: insert the batch's jobs that are not to be skipped,
  * in order, each unless a job exists in the scope for its key (stored, or
  * inserted by an earlier row).  inserted[i] says whether row i created a
  * job, job_ids[i] its id.  One statement (STMT_INSERT_JOBS), or one pass
- * of the fast path.
+ * of the fast path.  A unique violation on an index of the key that ON
+ * CONFLICT does not arbitrate (see key_guarded) undoes the pass, which is
+ * tried again (the winner of that key has committed: the next pass finds
+ * its job); after KEY_BATCH_TRIES passes nothing is inserted here, and the
+ * caller submits each row alone, as submit() does.
  */
 void
 store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 {
+	KeyInsertArgs a = {scope, 0, 0, 0, 0, 0, 0, false, NULL, batch, inserted, job_ids};
+	bool		unused;
+
+	if (!key_violation_check())
+	{
+		insert_jobs(&a);
+		return;
+	}
+	for (int tries = 0; tries < KEY_BATCH_TRIES; tries++)
+		if (key_guarded(KEY_INSERT_JOBS, &a, &unused))
+			return;
+	for (int i = 0; i < batch->count; i++)
+		inserted[i] = false;
+}
+
+/* insert_jobs: store_insert_jobs() on either path, unguarded. */
+static void
+insert_jobs(const KeyInsertArgs *ka)
+{
+	Datum		scope = ka->scope;
+	const JobBatch *batch = ka->batch;
+	bool	   *inserted = ka->inserted;
+	int64	   *job_ids = ka->job_ids;
 	Datum		values[8];
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Datum	   *wanted = palloc(sizeof(Datum) * Max(batch->count, 1));
