@@ -264,7 +264,7 @@ static void insert_jobs(const KeyInsertArgs *a);
  * key_guarded: run one of submit's inserts in a subtransaction; a unique
  * violation raised by an index on the key rolls it back and returns false
  * (the call then reads the winner's job, as after a conflict).  Any other
- * error goes on.  Returns true when the insert ran to its end; insert_job's
+ * error goes on, raised again once the subtransaction is rolled back.  Returns true when the insert ran to its end; insert_job's
  * own answer is in *result.
  */
 static bool
@@ -291,18 +291,20 @@ key_guarded(KeyInsert what, const KeyInsertArgs *a, bool *result)
 	{
 		ErrorData  *edata;
 
+		/*
+		 * The subtransaction ends here whatever the error: rethrown with it
+		 * still open, the error would leave the client's transaction inside
+		 * an aborted subtransaction it never began.
+		 */
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
-		if (!violates_key_index(edata))
-		{
-			FreeErrorData(edata);
-			PG_RE_THROW();
-		}
 		FlushErrorState();
-		FreeErrorData(edata);
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(cxt);
 		CurrentResourceOwner = owner;
+		if (!violates_key_index(edata))
+			ReThrowError(edata);
+		FreeErrorData(edata);
 	}
 	PG_END_TRY();
 	return done;
