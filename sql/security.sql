@@ -166,6 +166,21 @@ SELECT public.jg_sqlstate_of($$SELECT jobguard.grant_client(NULL)$$);
 SELECT public.jg_sqlstate_of($$SELECT jobguard.grant_client('regress_jg_no_such_role')$$);
 SELECT public.jg_sqlstate_of($$SELECT jobguard.revoke_client(NULL)$$);
 
+-- a granted role dropped without revoke_client (DROP OWNED BY, DROP ROLE)
+-- leaves its row behind as a bare OID: check_invariants() names it, and a
+-- dump leaves it out (t/001), so that no role of another cluster with
+-- that OID inherits it
+CREATE ROLE regress_jg_gone;
+SELECT jobguard.grant_operator('regress_jg_gone');
+DROP OWNED BY regress_jg_gone;
+DROP ROLE regress_jg_gone;
+SELECT invariant, job_id, attempt_id, detail ~ '^the operator grant of role OID \d+, which was dropped$' AS names_it
+  FROM jobguard.check_invariants();
+SELECT e.extcondition[array_position(e.extconfig, 'jobguard.grants'::regclass)]
+  FROM pg_extension e WHERE e.extname = 'jobguard';
+DELETE FROM jobguard.grants g WHERE NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.oid = g.role);
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+
 -- clean up the roles (they are cluster-wide)
 DROP SCHEMA regress_jg_evil CASCADE;
 SELECT jobguard.revoke_client(r) FROM unnest(ARRAY['regress_jg_reader', 'regress_jg_evil']::regrole[]) r;

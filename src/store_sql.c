@@ -733,7 +733,15 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INVARIANT_VIOLATIONS] = {
 		"invariant violations",
 		"SELECT v.invariant, v.job_id, v.attempt_id, v.detail, v.scope"
-		" FROM jobguard.invariant_violations() v",
+		" FROM jobguard.invariant_violations() v"
+		/* a grant of a dropped role: a restore would give it to another role */
+		" UNION ALL"
+		" SELECT 'a grant names an existing role', NULL::pg_catalog.int8, NULL::pg_catalog.int8,"
+		"  pg_catalog.format('the %s grant of role OID %s, which was dropped', g.kind,"
+		"   g.role::pg_catalog.oid), g.scope"
+		" FROM jobguard.grants g"
+		" WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r"
+		"  WHERE r.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid)",
 		0, {0},
 		SPI_OK_SELECT, true, true
 	},
