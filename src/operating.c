@@ -82,6 +82,7 @@ jobguard_await(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"timeout\" of jobguard.await() must not be negative")));
+	require_wait_limit(timeout_ms, "timeout", "await");
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -289,6 +290,8 @@ jobguard_stats(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (stats_gauges_kept())
 	{
+		/* a prepared transaction that changed jobs and has ended since */
+		stats_gauges_settle_prepared();
 		if (!stats_gauges_valid())
 			recount_gauges();
 		for (int g = 0; g < GAUGE_COUNT; g++)

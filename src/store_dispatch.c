@@ -413,7 +413,6 @@ insert_jobs(const KeyInsertArgs *ka)
 	Datum		values[8];
 	char		nulls[8] = {' ', ' ', ' ', ' ', ' ', ' ', ' ', ' '};
 	Datum	   *wanted = palloc(sizeof(Datum) * Max(batch->count, 1));
-	int			nwanted = 0;
 	uint64		n;
 	int			row = 0;
 
@@ -425,15 +424,14 @@ insert_jobs(const KeyInsertArgs *ka)
 	for (int i = 0; i < batch->count; i++)
 	{
 		inserted[i] = false;
-		if (!batch->skip[i])
-			wanted[nwanted++] = Int64GetDatum(i + 1);
+		wanted[i] = BoolGetDatum(!batch->skip[i]);
 	}
 	memcpy(values, batch->arrays, sizeof(Datum) * 6);
 	if (batch->arrays[5] == (Datum) 0)
 		nulls[5] = 'n';
 	values[6] = scope;
-	values[7] = PointerGetDatum(construct_array(wanted, nwanted, INT8OID, sizeof(int64),
-												FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+	values[7] = PointerGetDatum(construct_array(wanted, batch->count, BOOLOID, sizeof(bool),
+												true, TYPALIGN_CHAR));
 	n = sql_run(STMT_INSERT_JOBS, values, nulls);
 
 	/*

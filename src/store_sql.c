@@ -114,10 +114,11 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/*
-	 * Many jobs in one statement, in input order ($8: the rows to insert,
-	 * by position): a later row with the key of an earlier one, or of a
-	 * stored job, inserts nothing.  Returns the key of every job inserted,
-	 * with its id; the caller matches them to the rows.
+	 * Many jobs in one statement, in input order ($8: whether each row is
+	 * to be inserted, unnested beside the others, so that the statement is
+	 * linear in the rows): a later row with the key of an earlier one, or
+	 * of a stored job, inserts nothing.  Returns the key of every job
+	 * inserted, with its id; the caller matches them to the rows.
 	 */
 	[STMT_INSERT_JOBS] = {
 		"insert jobs",
@@ -125,14 +126,15 @@ static const StatementDef statements[STMT_COUNT] = {
 		" (owner_id, idempotency_key, operation, params, provider, max_attempts, scope)"
 		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7"
 		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6))"
-		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, n)"
-		" WHERE u.n OPERATOR(pg_catalog.=) ANY ($8)"
+		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+		"  pg_catalog.unnest($8))"
+		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, wanted, n)"
+		" WHERE u.wanted"
 		" ORDER BY u.n"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.owner_id::pg_catalog.text, j.idempotency_key::pg_catalog.text, j.id",
 		8, {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
-		INT4ARRAYOID, TEXTOID, INT8ARRAYOID},
+		INT4ARRAYOID, TEXTOID, BOOLARRAYOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/* The existing job for a key, and which parts of the request match it. */

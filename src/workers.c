@@ -216,6 +216,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 				 errdetail("It is %d.", req.max_jobs)));
 	req.provider = optional_text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS, &req.provider_null);
 	wait = DatumGetIntervalP(interval_arg(fcinfo, 5, "wait", true));
+	require_wait_limit(interval_ms(wait), "wait", "claim");
 	if (interval_ms(wait) > 0 && IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
