@@ -166,6 +166,26 @@ SELECT public.jg_sqlstate_of($$SELECT jobguard.grant_client(NULL)$$);
 SELECT public.jg_sqlstate_of($$SELECT jobguard.grant_client('regress_jg_no_such_role')$$);
 SELECT public.jg_sqlstate_of($$SELECT jobguard.revoke_client(NULL)$$);
 
+-- one rule for every administrative function, C or PL/pgSQL: EXECUTE
+-- granted by hand delegates nothing (42501, nothing written); a member of
+-- the tables' owner may call them
+CREATE ROLE regress_jg_delegate;
+GRANT USAGE ON SCHEMA jobguard TO regress_jg_delegate;
+GRANT EXECUTE ON FUNCTION jobguard.define_operation(text, jsonb, interval, interval),
+	jobguard.certify_provider(text, text, jsonb), jobguard.revoke_provider(text, text),
+	jobguard.purge(interval, integer), jobguard.stats_reset(),
+	jobguard.set_key_policy(text, interval, text[], text), jobguard.grant_operator(regrole)
+	TO regress_jg_delegate;
+SET ROLE regress_jg_delegate;
+SELECT f AS function, left(public.jg_sqlstate_of('SELECT jobguard.' || f), 5) AS sqlstate
+  FROM unnest(ARRAY[$$define_operation('delegated', '{}')$$, $$certify_provider('charge', 'delegated')$$,
+					$$revoke_provider('charge', 'adyen')$$, $$purge('1 day')$$, $$stats_reset()$$,
+					$$set_key_policy('delegated', '1 day')$$, $$grant_operator('regress_jg_delegate')$$]) f;
+RESET ROLE;
+SELECT count(*) AS delegated_writes FROM jobguard.operations WHERE operation = 'delegated';
+SELECT jobguard.revoke_client('regress_jg_delegate');
+DROP ROLE regress_jg_delegate;
+
 -- a granted role dropped without revoke_client (DROP OWNED BY, DROP ROLE)
 -- leaves its row behind as a bare OID: check_invariants() names it, and a
 -- dump leaves it out (t/001), so that no role of another cluster with

@@ -11,6 +11,8 @@
 
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -19,6 +21,7 @@
 #include "args.h"
 #include "store.h"
 #include "errcodes.h"
+#include "security.h"
 
 /*
  * require_arg: raise 22004 naming the argument if it is NULL.  A NULL
@@ -121,6 +124,30 @@ require_payload_size(Datum value, const char *name)
  * composite, built on the first call of a query and kept in fn_extra, since
  * building it per row costs more than the call itself.
  */
+/*
+ * require_tables_owner: the rule of every administrative function, C or
+ * PL/pgSQL alike: only a role with the privileges of the owner of
+ * jobguard's tables (the extension's owner, its members, superusers) may
+ * call it.  EXECUTE granted to another role delegates nothing: the
+ * PL/pgSQL functions run with the caller's rights and cannot reach the
+ * tables, and the C ones, which run as the tables' owner, refuse here
+ * (42501) rather than lend it.
+ */
+void
+require_tables_owner(FunctionCallInfo fcinfo)
+{
+	Oid			caller = GetUserId();
+
+	if (!superuser_arg(caller) && !has_privs_of_role(caller, tables_owner_role()))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for function jobguard.%s()",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errdetail("Administrative functions of jobguard run only for the owner of its tables, the roles that have its privileges, and superusers; EXECUTE alone does not delegate them."),
+				 errhint("Call it as role \"%s\", or as a member of it.",
+						 GetUserNameFromId(tables_owner_role(), false))));
+}
+
 /*
  * require_wait_limit: refuse (22023) a wait longer than MAX_WAIT_MS.  A
  * deadline of now() plus a wait of thousands of years would overflow the

@@ -52,6 +52,7 @@ extern void require_payload_size(Datum value, const char *name);
  */
 #define MAX_WAIT_MS (INT64CONST(366) * 24 * 60 * 60 * 1000)
 extern void require_wait_limit(int64 wait_ms, const char *name, const char *function);
+extern void require_tables_owner(FunctionCallInfo fcinfo);
 extern void report_job_not_found(int64 job_id, Oid caller, ScopeUse use) pg_attribute_noreturn();
 extern void report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use) pg_attribute_noreturn();
 extern void report_retries_exhausted(const char *what, int64 id) pg_attribute_noreturn();

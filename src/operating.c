@@ -173,6 +173,8 @@ jobguard_purge(PG_FUNCTION_ARGS)
 	TimestampTz cutoff;
 	int64		deleted;
 
+	require_tables_owner(fcinfo);
+
 	if (PG_ARGISNULL(0))
 	{
 		require_arg(fcinfo, 1, "batch_size");
@@ -214,6 +216,8 @@ jobguard_purge_batches(PG_FUNCTION_ARGS)
 	int64		after = 0;
 	int64		total = 0;
 	bool		more = true;
+
+	require_tables_owner(fcinfo);
 
 	if (context == NULL || !IsA(context, CallContext) || context->atomic)
 		ereport(ERROR,
@@ -334,6 +338,7 @@ jobguard_stats(PG_FUNCTION_ARGS)
 Datum
 jobguard_stats_reset(PG_FUNCTION_ARGS)
 {
+	require_tables_owner(fcinfo);
 	stats_reset();
 	if (stats_gauges_kept())
 		recount_gauges();
