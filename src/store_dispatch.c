@@ -116,7 +116,11 @@ static void
 key_cache_invalidate(Datum arg, Oid relid)
 {
 	if (!OidIsValid(relid) || relid == key_jobs_relid)
+	{
+		/* jobs may have been dropped (DROP EXTENSION): look it up again */
 		key_cache_valid = false;
+		key_jobs_relid = InvalidOid;
+	}
 	for (int i = 0; i < n_key_indexes; i++)
 		if (key_indexes[i] == relid)
 			key_cache_valid = false;
@@ -167,23 +171,35 @@ key_violation_check(void)
 	int			ready = 0;
 	bool		building = false;
 
-	if (!OidIsValid(key_jobs_relid))
-	{
-		Oid			schema = get_namespace_oid("jobguard", true);
-
-		if (!OidIsValid(schema))
-			return false;
-		key_jobs_relid = get_relname_relid("jobs", schema);
-		if (!OidIsValid(key_jobs_relid))
-			return false;
-		key_cache_valid = false;
-	}
+	/* a read-only transaction (a standby) gets the insert's own error */
+	if (XactReadOnly)
+		return false;
 	if (!key_callback_registered)
 	{
 		CacheRegisterRelcacheCallback(key_cache_invalidate, (Datum) 0);
 		key_callback_registered = true;
 	}
-	LockRelationOid(key_jobs_relid, RowExclusiveLock);
+	for (;;)
+	{
+		Oid			relid;
+
+		if (!OidIsValid(key_jobs_relid))
+		{
+			Oid			schema = get_namespace_oid("jobguard", true);
+
+			if (!OidIsValid(schema))
+				return false;
+			key_jobs_relid = get_relname_relid("jobs", schema);
+			if (!OidIsValid(key_jobs_relid))
+				return false;
+			key_cache_valid = false;
+		}
+		relid = key_jobs_relid;
+		/* may process invalidations, which forget what is cached of jobs */
+		LockRelationOid(relid, RowExclusiveLock);
+		if (key_jobs_relid == relid)
+			break;
+	}
 	if (key_cache_valid)
 		return key_violation_possible;
 
@@ -226,7 +242,7 @@ violates_key_index(const ErrorData *edata)
 		strcmp(edata->schema_name, "jobguard") != 0 ||
 		strcmp(edata->table_name, "jobs") != 0)
 		return false;
-	index = get_relname_relid(edata->constraint_name, get_rel_namespace(key_jobs_relid));
+	index = get_relname_relid(edata->constraint_name, get_namespace_oid("jobguard", true));
 	for (int i = 0; i < n_key_indexes; i++)
 		if (key_indexes[i] == index)
 			return true;
