@@ -45,6 +45,8 @@ SELECT a.state, a.cancel_reason IS NULL AS attempt_reason_unset, j.cancelled_at 
   FROM jobguard.attempts a JOIN jobguard.jobs j ON j.id = a.job_id WHERE a.id = :attempt3;
 SELECT jobguard.cancel_attempt(:attempt3, repeat('r', 1024));
 SELECT jobguard.cancel_job(job_id, repeat('r', 1024)) FROM jobguard.attempts WHERE id = :attempt3;
+-- so is claim's list of operations
+SELECT pg_temp.sqlstate_of($$SELECT * FROM jobguard.claim('w', ARRAY(SELECT repeat('o', 60) FROM generate_series(1, 20)))$$) AS over_limit_operations;
 -- submit_many takes at most 10,000 requests; one more is refused whole
 SELECT pg_temp.sqlstate_of($$SELECT count(*) FROM jobguard.submit_many(
 	ARRAY(SELECT 'batch' FROM generate_series(1, 10001)),

@@ -202,6 +202,9 @@ jobguard_claim(PG_FUNCTION_ARGS)
 	req.worker = text_arg(fcinfo, 0, "worker", MAX_KEY_CHARS);
 	req.operations_null = PG_ARGISNULL(1);
 	req.operations = req.operations_null ? (Datum) 0 : PG_GETARG_DATUM(1);
+	/* the list is read for every candidate: bounded like a payload */
+	if (!req.operations_null)
+		require_payload_size(req.operations, "operations");
 	if (!req.operations_null && ARR_NDIM(PG_GETARG_ARRAYTYPE_P(1)) > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
