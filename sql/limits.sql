@@ -1,6 +1,7 @@
--- Payload limits: params, result and error larger than
+-- Payload limits: params, result, error and cancel reasons larger than
 -- jobguard.max_payload_size (1 MB by default; superusers set it) are
 -- refused with 54000 before anything is written; at the limit they pass.
+-- submit_many takes at most 10,000 requests.
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
 	RESTART IDENTITY;
 \i sql/include/helpers.sql
@@ -34,6 +35,33 @@ SELECT jobguard.begin_attempt(job_id) AS attempt2
 SELECT pg_temp.sqlstate_of(format($$SELECT jobguard.fail_attempt(%s, repeat('e', 1025))$$, :attempt2)) AS over_limit_error;
 SELECT state FROM jobguard.attempts WHERE id = :attempt2;
 SELECT jobguard.fail_attempt(:attempt2, repeat('e', 1024));
+-- a cancel reason is a payload too: at most 1 kB, nothing written when over
+SELECT jobguard.begin_attempt(job_id) AS attempt3
+  FROM jobguard.submit('o', 'reason', 'op', '{}', 'p') \gset
+SELECT pg_temp.sqlstate_of(format($$SELECT jobguard.cancel_attempt(%s, repeat('r', 1025))$$, :attempt3)) AS over_limit_cancel_attempt;
+SELECT pg_temp.sqlstate_of(format($$SELECT jobguard.cancel_job(%s, repeat('r', 1025))$$,
+								  (SELECT job_id FROM jobguard.attempts WHERE id = :attempt3))) AS over_limit_cancel_job;
+SELECT a.state, a.cancel_reason IS NULL AS attempt_reason_unset, j.cancelled_at IS NULL AS job_not_cancelled
+  FROM jobguard.attempts a JOIN jobguard.jobs j ON j.id = a.job_id WHERE a.id = :attempt3;
+SELECT jobguard.cancel_attempt(:attempt3, repeat('r', 1024));
+SELECT jobguard.cancel_job(job_id, repeat('r', 1024)) FROM jobguard.attempts WHERE id = :attempt3;
+-- so is claim's list of operations
+SELECT pg_temp.sqlstate_of($$SELECT * FROM jobguard.claim('w', ARRAY(SELECT repeat('o', 60) FROM generate_series(1, 20)))$$) AS over_limit_operations;
+-- submit_many takes at most 10,000 requests; one more is refused whole
+SELECT pg_temp.sqlstate_of($$SELECT count(*) FROM jobguard.submit_many(
+	ARRAY(SELECT 'batch' FROM generate_series(1, 10001)),
+	ARRAY(SELECT 'k' || i FROM generate_series(1, 10001) i),
+	array_fill('op'::text, ARRAY[10001]),
+	array_fill('{}'::jsonb, ARRAY[10001]),
+	array_fill('p'::text, ARRAY[10001]))$$) AS over_limit_batch;
+SELECT count(*) AS batch_jobs FROM jobguard.jobs WHERE owner_id = 'batch';
+SELECT count(*) AS rows, count(*) FILTER (WHERE created) AS created FROM jobguard.submit_many(
+	ARRAY(SELECT 'batch' FROM generate_series(1, 10000)),
+	ARRAY(SELECT 'k' || i FROM generate_series(1, 10000) i),
+	array_fill('op'::text, ARRAY[10000]),
+	array_fill('{}'::jsonb, ARRAY[10000]),
+	array_fill('p'::text, ARRAY[10000]));
+DELETE FROM jobguard.jobs WHERE owner_id = 'batch';
 -- only superusers change the limit
 CREATE ROLE regress_jg_limits;
 SET ROLE regress_jg_limits;

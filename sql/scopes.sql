@@ -97,6 +97,10 @@ RESET ROLE;
 SET ROLE regress_jg_both;
 SELECT public.jg_error_of('SELECT jobguard.caller_scope()') AS caller_scope;
 SELECT public.jg_error_of($$SELECT jobguard.submit('bob', 'k', 'charge', '{}', 'stripe')$$) AS submit;
+-- ... to read too: neither scope's jobs, by id or in the views
+SELECT public.jg_error_of(format('SELECT jobguard.job_state(%s)', :shop_job)) AS job_state;
+SELECT public.jg_error_of(format('SELECT * FROM jobguard.job(%s)', :blog_job)) AS job;
+SELECT public.jg_error_of('SELECT count(*) FROM jobguard.job_overview') AS job_overview;
 SET ROLE regress_jg_blog;
 SELECT jobguard.caller_scope();
 RESET ROLE;

@@ -11,6 +11,8 @@
 
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
@@ -19,6 +21,7 @@
 #include "args.h"
 #include "store.h"
 #include "errcodes.h"
+#include "security.h"
 
 /*
  * require_arg: raise 22004 naming the argument if it is NULL.  A NULL
@@ -36,7 +39,10 @@ require_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 
 /*
  * text_arg: a text argument that must be present and 1 to max_chars
- * characters long; returns it detoasted, as a Datum for store.h.
+ * characters long; returns it detoasted, as a Datum for store.h.  A text
+ * without a length limit of its own (an error, a cancel reason) is a
+ * payload: at most jobguard.max_payload_size (54000), checked before it is
+ * detoasted.
  */
 Datum
 text_arg(FunctionCallInfo fcinfo, int argno, const char *name, int max_chars)
@@ -45,6 +51,8 @@ text_arg(FunctionCallInfo fcinfo, int argno, const char *name, int max_chars)
 	int			chars;
 
 	require_arg(fcinfo, argno, name);
+	if (max_chars == UNLIMITED_CHARS)
+		require_payload_size(PG_GETARG_DATUM(argno), name);
 	t = PG_GETARG_TEXT_PP(argno);
 	chars = pg_mbstrlen_with_len(VARDATA_ANY(t), VARSIZE_ANY_EXHDR(t));
 	if (max_chars == UNLIMITED_CHARS && chars < 1)
@@ -91,7 +99,7 @@ jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name)
 int			max_payload_kb = 1024;
 
 /*
- * require_payload_size: refuse (54000) a params, result or error larger
+ * require_payload_size: refuse (54000) a params, result, error or reason larger
  * than jobguard.max_payload_size, before anything is written: a job's
  * payloads live in its row for as long as the job is kept, and are read
  * back by every replay and every reader.
@@ -116,6 +124,45 @@ require_payload_size(Datum value, const char *name)
  * composite, built on the first call of a query and kept in fn_extra, since
  * building it per row costs more than the call itself.
  */
+/*
+ * require_tables_owner: the rule of every administrative function, C or
+ * PL/pgSQL alike: only a role with the privileges of the owner of
+ * jobguard's tables (the extension's owner, its members, superusers) may
+ * call it.  EXECUTE granted to another role delegates nothing: the
+ * PL/pgSQL functions run with the caller's rights and cannot reach the
+ * tables, and the C ones, which run as the tables' owner, refuse here
+ * (42501) rather than lend it.
+ */
+void
+require_tables_owner(FunctionCallInfo fcinfo)
+{
+	Oid			caller = GetUserId();
+
+	if (!superuser_arg(caller) && !has_privs_of_role(caller, tables_owner_role()))
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied for function jobguard.%s()",
+						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errdetail("Administrative functions of jobguard run only for the owner of its tables, the roles that have its privileges, and superusers; EXECUTE alone does not delegate them."),
+				 errhint("Call it as role \"%s\", or as a member of it.",
+						 GetUserNameFromId(tables_owner_role(), false))));
+}
+
+/*
+ * require_wait_limit: refuse (22023) a wait longer than MAX_WAIT_MS.  A
+ * deadline of now() plus a wait of thousands of years would overflow the
+ * timestamp and pass at once: a wait must end when it says, or be refused.
+ */
+void
+require_wait_limit(int64 wait_ms, const char *name, const char *function)
+{
+	if (wait_ms > MAX_WAIT_MS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" of jobguard.%s() must be at most 366 days", name, function),
+				 errhint("Wait in shorter steps, calling again.")));
+}
+
 TupleDesc
 result_tupdesc(FunctionCallInfo fcinfo)
 {

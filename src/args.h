@@ -46,6 +46,14 @@ extern int64 int64_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern Datum jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern int	max_payload_kb;
 extern void require_payload_size(Datum value, const char *name);
+
+/*
+ * The longest wait claim(wait =>) and await() take: 366 days (a day as 24
+ * hours, a month as 30 days); longer is 22023.
+ */
+#define MAX_WAIT_MS (INT64CONST(366) * 24 * 60 * 60 * 1000)
+extern void require_wait_limit(int64 wait_ms, const char *name, const char *function);
+extern void require_tables_owner(FunctionCallInfo fcinfo);
 pg_noreturn extern void report_job_not_found(int64 job_id, Oid caller, ScopeUse use);
 pg_noreturn extern void report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use);
 pg_noreturn extern void report_retries_exhausted(const char *what, int64 id);

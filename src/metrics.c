@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "access/xact.h"
+#include "storage/procarray.h"
 #include "catalog/pg_control.h"
 #include "commands/extension.h"
 #include "common/controldata_utils.h"
@@ -59,6 +60,12 @@
 /* Databases that can have counters at once; more are not counted. */
 #define STATS_MAX_DATABASES 64
 
+/*
+ * How many prepared transactions that changed jobs one database tracks
+ * (see stats_gauges_settle_prepared); beyond, the gauges are recounted.
+ */
+#define STATS_MAX_PREPARED 64
+
 /* Where the counters wait from a clean shutdown to the next start. */
 #define STATS_DUMP_FILE PGSTAT_STAT_PERMANENT_DIRECTORY "/jobguard.stat"
 /* The dump file's first word; changed whenever its layout changes. */
@@ -73,6 +80,9 @@ typedef struct DatabaseCounters
 	pg_atomic_uint64 gauges[GAUGE_COUNT];
 	pg_atomic_uint32 gauges_valid;	/* 0 until counted once (or restored) */
 	pg_atomic_uint32 extension_oid; /* the installation the gauges count */
+	/* prepared transactions that moved gauges (SharedCounters.mutex) */
+	int			nprepared;
+	TransactionId prepared[STATS_MAX_PREPARED];
 } DatabaseCounters;
 
 /* The shared memory area: a slot per database, allocated on first use. */
@@ -189,7 +199,9 @@ stats_shmem_shutdown(int code, Datum arg)
 
 		memset(&d, 0, sizeof(d));
 		d.dbid = db->dbid;
-		d.gauges_valid = pg_atomic_read_u32(&db->gauges_valid) != 0;
+		/* a prepared transaction may still commit after the restart */
+		d.gauges_valid = pg_atomic_read_u32(&db->gauges_valid) != 0 &&
+			db->nprepared == 0;
 		d.extension_oid = pg_atomic_read_u32(&db->extension_oid);
 		for (int c = 0; c < STAT_COUNT; c++)
 			d.counters[c] = pg_atomic_read_u64(&db->counters[c]);
@@ -292,6 +304,7 @@ stats_shmem_startup(void)
 			for (int g = 0; g < GAUGE_COUNT; g++)
 				pg_atomic_init_u64(&db->gauges[g], 0);
 			pg_atomic_init_u32(&db->gauges_valid, 0);
+			db->nprepared = 0;
 			pg_atomic_init_u32(&db->extension_oid, InvalidOid);
 		}
 	}
@@ -402,9 +415,81 @@ stats_reset(void)
 }
 
 /*
- * stats_xact_callback: at commit (or prepare, when the rows are written),
- * add this transaction's gauge changes to its database's gauges; at abort,
- * forget them.
+ * frames_move_gauges: whether this transaction's frames change any gauge.
+ */
+static bool
+frames_move_gauges(void)
+{
+	for (int f = 0; f < nframes; f++)
+		for (int g = 0; g < GAUGE_COUNT; g++)
+			if (frames[f].delta[g] != 0)
+				return true;
+	return false;
+}
+
+/*
+ * track_prepared: a transaction that changed jobs was prepared: whether
+ * COMMIT PREPARED or ROLLBACK PREPARED ends it (in any session, after any
+ * restart) is not known here, so its changes are not applied; its id is
+ * kept, and once it has ended the gauges are recounted from the tables
+ * (stats_gauges_settle_prepared).  With no room left, the gauges are
+ * recounted at once and again after every prepared transaction ended.
+ */
+static void
+track_prepared(DatabaseCounters *db)
+{
+	TransactionId xid = GetTopTransactionIdIfAny();
+
+	SpinLockAcquire(&shared_counters->mutex);
+	if (db->nprepared < STATS_MAX_PREPARED && TransactionIdIsValid(xid))
+		db->prepared[db->nprepared++] = xid;
+	else
+		pg_atomic_write_u32(&db->gauges_valid, 0);
+	SpinLockRelease(&shared_counters->mutex);
+}
+
+/*
+ * stats_gauges_settle_prepared: forget the tracked prepared transactions
+ * that have ended (committed or rolled back prepared); if any has, the
+ * gauges are marked for a recount, which sees their outcome in the tables.
+ * Called before the gauges are read.
+ */
+void
+stats_gauges_settle_prepared(void)
+{
+	DatabaseCounters *db = database_counters();
+	TransactionId tracked[STATS_MAX_PREPARED];
+	TransactionId ended[STATS_MAX_PREPARED];
+	int			n;
+	int			nended = 0;
+
+	if (db == NULL)
+		return;
+	SpinLockAcquire(&shared_counters->mutex);
+	n = db->nprepared;
+	memcpy(tracked, db->prepared, sizeof(TransactionId) * n);
+	SpinLockRelease(&shared_counters->mutex);
+	for (int i = 0; i < n; i++)
+		if (!TransactionIdIsInProgress(tracked[i]))
+			ended[nended++] = tracked[i];
+	if (nended == 0)
+		return;
+	SpinLockAcquire(&shared_counters->mutex);
+	for (int i = 0; i < db->nprepared; i++)
+		for (int e = 0; e < nended; e++)
+			if (TransactionIdEquals(db->prepared[i], ended[e]))
+			{
+				db->prepared[i--] = db->prepared[--db->nprepared];
+				break;
+			}
+	pg_atomic_write_u32(&db->gauges_valid, 0);
+	SpinLockRelease(&shared_counters->mutex);
+}
+
+/*
+ * stats_xact_callback: at commit, add this transaction's gauge changes to
+ * its database's gauges; at abort, forget them; at prepare, leave them
+ * unapplied and track the prepared transaction (track_prepared).
  */
 static void
 stats_xact_callback(XactEvent event, void *arg)
@@ -413,8 +498,13 @@ stats_xact_callback(XactEvent event, void *arg)
 
 	switch (event)
 	{
-		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PREPARE:
+			db = database_counters();
+			if (db != NULL && frames_move_gauges())
+				track_prepared(db);
+			nframes = 0;
+			break;
+		case XACT_EVENT_COMMIT:
 			db = database_counters();
 			if (db != NULL)
 				for (int f = 0; f < nframes; f++)

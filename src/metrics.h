@@ -59,6 +59,7 @@ extern void stats_attempts_begun(int64 n);
 extern int	stats_job_gauge_of(const char *state);
 extern bool stats_gauges_kept(void);
 extern bool stats_gauges_valid(void);
+extern void stats_gauges_settle_prepared(void);
 extern void stats_gauges_begin_recount(int64 *before);
 extern void stats_gauges_end_recount(const int64 *before, const int64 *counted);
 extern int64 stats_gauge_read(Gauge gauge);

@@ -83,6 +83,7 @@ jobguard_await(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"timeout\" of jobguard.await() must not be negative")));
+	require_wait_limit(timeout_ms, "timeout", "await");
 	if (IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -173,6 +174,8 @@ jobguard_purge(PG_FUNCTION_ARGS)
 	TimestampTz cutoff;
 	int64		deleted;
 
+	require_tables_owner(fcinfo);
+
 	if (PG_ARGISNULL(0))
 	{
 		require_arg(fcinfo, 1, "batch_size");
@@ -214,6 +217,8 @@ jobguard_purge_batches(PG_FUNCTION_ARGS)
 	int64		after = 0;
 	int64		total = 0;
 	bool		more = true;
+
+	require_tables_owner(fcinfo);
 
 	if (context == NULL || !IsA(context, CallContext) || context->atomic)
 		ereport(ERROR,
@@ -290,6 +295,8 @@ jobguard_stats(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	if (stats_gauges_kept())
 	{
+		/* a prepared transaction that changed jobs and has ended since */
+		stats_gauges_settle_prepared();
 		if (!stats_gauges_valid())
 			recount_gauges();
 		for (int g = 0; g < GAUGE_COUNT; g++)
@@ -332,6 +339,7 @@ jobguard_stats(PG_FUNCTION_ARGS)
 Datum
 jobguard_stats_reset(PG_FUNCTION_ARGS)
 {
+	require_tables_owner(fcinfo);
 	stats_reset();
 	if (stats_gauges_kept())
 		recount_gauges();

@@ -74,6 +74,8 @@ jobguard_define_operation(PG_FUNCTION_ARGS)
 	Datum		backoff = backoff_null ? (Datum) 0 : PG_GETARG_DATUM(2);
 	Datum		max = max_null ? (Datum) 0 : PG_GETARG_DATUM(3);
 
+	require_tables_owner(fcinfo);
+
 	require_retry_policy(backoff, backoff_null, max, max_null);
 	(void) contract_compile(TextDatumGetCString(operation),
 							DatumGetJsonbP(contract), CurrentMemoryContext);
@@ -93,6 +95,8 @@ jobguard_certify_provider(PG_FUNCTION_ARGS)
 	bool		evidence_null = PG_ARGISNULL(2);
 	Datum		evidence = evidence_null ? (Datum) 0 : PG_GETARG_DATUM(2);
 
+	require_tables_owner(fcinfo);
+
 	store_connect(&caller);
 	store_certify_provider(operation, provider, evidence, evidence_null);
 	store_finish(&caller);
@@ -111,6 +115,8 @@ jobguard_revoke_provider(PG_FUNCTION_ARGS)
 	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		operation = text_arg(fcinfo, 0, "operation", MAX_NAME_CHARS);
 	Datum		provider = text_arg(fcinfo, 1, "provider", MAX_NAME_CHARS);
+
+	require_tables_owner(fcinfo);
 
 	store_connect(&caller);
 	if (!store_revoke_provider(operation, provider))

@@ -271,7 +271,9 @@ scopes_acting_scope(Oid userid)
 
 /*
  * scopes_may_read: whether a role may read the jobs of a scope, and
- * (*payloads) their params, results and errors.
+ * (*payloads) their params, results and errors.  A member of client roles
+ * of two scopes reads as it acts: not until it has chosen one with SET
+ * ROLE (22023).
  */
 bool
 scopes_may_read(Oid userid, const char *scope, bool *payloads)
@@ -280,6 +282,8 @@ scopes_may_read(Oid userid, const char *scope, bool *payloads)
 	bool		visible = false;
 
 	*payloads = false;
+	if (!r->operator)
+		require_one_client_scope(r);
 	if (r->operator ||
 		(r->client_scope != NULL && strcmp(r->client_scope, scope) == 0) ||
 		(r->other_client_scope != NULL && strcmp(r->other_client_scope, scope) == 0) ||
@@ -304,7 +308,8 @@ scopes_may_read(Oid userid, const char *scope, bool *payloads)
 
 /*
  * scopes_allow: whether a role may use (act on, or read) the jobs of a
- * scope.  Never raises an error: a client of several scopes acts on none.
+ * scope.  Acting, it raises no error: a client of several scopes acts on
+ * none; reading, such a client gets 22023 (scopes_may_read).
  */
 bool
 scopes_allow(Oid userid, ScopeUse use, const char *scope)

@@ -18,7 +18,19 @@
  */
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type_d.h"
 #include "executor/spi.h"
+#include "storage/lmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
 
 #include "launcher.h"
 #include "store.h"
@@ -101,26 +113,303 @@ backend_for(StoreOp op)
 }
 
 /*
+ * Key indexes that ON CONFLICT does not arbitrate.
+ *
+ * INSERT ... ON CONFLICT takes as arbiters only the valid unique indexes on
+ * the key; a unique index on the key that is being built (CREATE UNIQUE
+ * INDEX CONCURRENTLY, REINDEX CONCURRENTLY: ready for inserts, not valid
+ * yet) checks the key on its own, and the second of two simultaneous
+ * inserts of one key then gets 23505 from it instead of finding the first
+ * one's job.  When jobs has such an index, or more than one unique index
+ * on the key, the inserts of submit run in a subtransaction, and a unique
+ * violation raised by an index on the key is what a conflict would have
+ * been: nothing inserted, the winner's job read by the caller.  Otherwise
+ * (the usual case: one key index) no subtransaction is taken.  What jobs'
+ * indexes are is cached per backend and forgotten at any relcache
+ * invalidation of jobs, which CREATE INDEX CONCURRENTLY sends at each step.
+ */
+#define MAX_KEY_INDEXES 16
+
+static Oid	key_jobs_relid = InvalidOid;	/* jobguard.jobs, when known */
+static bool key_cache_valid = false;
+static bool key_violation_possible = false;
+static int	n_key_indexes = 0;
+static Oid	key_indexes[MAX_KEY_INDEXES];
+static bool key_callback_registered = false;
+
+/* key_cache_invalidate: relcache callback; jobs (or everything) changed. */
+static void
+key_cache_invalidate(Datum arg, Oid relid)
+{
+	if (!OidIsValid(relid) || relid == key_jobs_relid)
+	{
+		/* jobs may have been dropped (DROP EXTENSION): look it up again */
+		key_cache_valid = false;
+		key_jobs_relid = InvalidOid;
+	}
+	for (int i = 0; i < n_key_indexes; i++)
+		if (key_indexes[i] == relid)
+			key_cache_valid = false;
+}
+
+/*
+ * is_key_index: whether index (open) is unique on exactly scope, owner_id
+ * and idempotency_key, in any order, without expressions.
+ */
+static bool
+is_key_index(Relation jobs, Relation index)
+{
+	Form_pg_index form = index->rd_index;
+	AttrNumber	key[3];
+	bool		seen[3] = {false, false, false};
+
+	if (!form->indisunique || form->indnkeyatts != 3 ||
+		RelationGetIndexExpressions(index) != NIL)
+		return false;
+	key[0] = get_attnum(RelationGetRelid(jobs), "scope");
+	key[1] = get_attnum(RelationGetRelid(jobs), "owner_id");
+	key[2] = get_attnum(RelationGetRelid(jobs), "idempotency_key");
+	for (int k = 0; k < 3; k++)
+	{
+		bool		known = false;
+
+		for (int c = 0; c < 3; c++)
+			if (form->indkey.values[k] == key[c] && !seen[c])
+				seen[c] = known = true;
+		if (!known)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * key_violation_check: whether an insert into jobs may raise 23505 from
+ * an index on the key (see above), from the cache or worked out now.  The
+ * table is locked as the insert will lock it first, which processes
+ * pending invalidations: the answer describes the indexes the insert sees.
+ */
+static bool
+key_violation_check(void)
+{
+	Relation	jobs;
+	List	   *indexes;
+	ListCell   *lc;
+	int			ready = 0;
+	bool		building = false;
+
+	/* a read-only transaction (a standby) gets the insert's own error */
+	if (XactReadOnly)
+		return false;
+	if (!key_callback_registered)
+	{
+		CacheRegisterRelcacheCallback(key_cache_invalidate, (Datum) 0);
+		key_callback_registered = true;
+	}
+	for (;;)
+	{
+		Oid			relid;
+
+		if (!OidIsValid(key_jobs_relid))
+		{
+			Oid			schema = get_namespace_oid("jobguard", true);
+
+			if (!OidIsValid(schema))
+				return false;
+			key_jobs_relid = get_relname_relid("jobs", schema);
+			if (!OidIsValid(key_jobs_relid))
+				return false;
+			key_cache_valid = false;
+		}
+		relid = key_jobs_relid;
+		/* may process invalidations, which forget what is cached of jobs */
+		LockRelationOid(relid, RowExclusiveLock);
+		if (key_jobs_relid == relid)
+			break;
+	}
+	if (key_cache_valid)
+		return key_violation_possible;
+
+	key_cache_valid = true;
+	n_key_indexes = 0;
+	jobs = table_open(key_jobs_relid, RowExclusiveLock);
+	indexes = RelationGetIndexList(jobs);
+	foreach(lc, indexes)
+	{
+		Relation	index = index_open(lfirst_oid(lc), AccessShareLock);
+
+		if (index->rd_index->indisready && is_key_index(jobs, index))
+		{
+			ready++;
+			if (!index->rd_index->indisvalid)
+				building = true;
+			if (n_key_indexes < MAX_KEY_INDEXES)
+				key_indexes[n_key_indexes++] = lfirst_oid(lc);
+		}
+		index_close(index, AccessShareLock);
+	}
+	list_free(indexes);
+	table_close(jobs, NoLock);
+	key_violation_possible = building || ready > 1;
+	return key_violation_possible;
+}
+
+/*
+ * violates_key_index: whether the error is a unique violation raised by
+ * one of jobs' indexes on the key.
+ */
+static bool
+violates_key_index(const ErrorData *edata)
+{
+	Oid			index;
+
+	if (edata->sqlerrcode != ERRCODE_UNIQUE_VIOLATION ||
+		edata->schema_name == NULL || edata->table_name == NULL ||
+		edata->constraint_name == NULL ||
+		strcmp(edata->schema_name, "jobguard") != 0 ||
+		strcmp(edata->table_name, "jobs") != 0)
+		return false;
+	index = get_relname_relid(edata->constraint_name, get_namespace_oid("jobguard", true));
+	for (int i = 0; i < n_key_indexes; i++)
+		if (key_indexes[i] == index)
+			return true;
+	return false;
+}
+
+/* The inserts key_guarded() runs. */
+typedef enum KeyInsert
+{
+	KEY_INSERT_JOB,
+	KEY_INSERT_JOBS
+} KeyInsert;
+
+/* Their arguments. */
+typedef struct KeyInsertArgs
+{
+	const SubmitRequest *req;	/* insert_job */
+	int64	   *job_id;
+	Datum		scope;			/* insert_jobs */
+	const JobBatch *batch;
+	bool	   *inserted;
+	int64	   *job_ids;
+} KeyInsertArgs;
+
+static bool insert_job(const KeyInsertArgs *a);
+static void insert_jobs(const KeyInsertArgs *a);
+
+/*
+ * key_guarded: run one of submit's inserts in a subtransaction; a unique
+ * violation raised by an index on the key rolls it back and returns false
+ * (the call then reads the winner's job, as after a conflict).  Any other
+ * error goes on, raised again once the subtransaction is rolled back.  Returns true when the insert ran to its end; insert_job's
+ * own answer is in *result.
+ */
+static bool
+key_guarded(KeyInsert what, const KeyInsertArgs *a, bool *result)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool done = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		if (what == KEY_INSERT_JOB)
+			*result = insert_job(a);
+		else
+			insert_jobs(a);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		done = true;
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		/*
+		 * The subtransaction ends here whatever the error: rethrown with it
+		 * still open, the error would leave the client's transaction inside
+		 * an aborted subtransaction it never began.
+		 */
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		if (!violates_key_index(edata))
+			ReThrowError(edata);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return done;
+}
+
+/*
  * store_insert_job: insert a new job in the request's scope unless one
  * exists there for the key.  Returns true and the new id when this call
  * created it.
+ * A unique violation on an index of the key that ON CONFLICT does not
+ * arbitrate (see key_guarded) counts as a conflict: false.
  */
 bool
 store_insert_job(const SubmitRequest *req, int64 *job_id)
 {
-	return backend_for(STORE_OP_INSERT_JOB)->insert_job(req, job_id);
+	KeyInsertArgs a = {req, job_id, (Datum) 0, NULL, NULL, NULL};
+	bool		inserted = false;
+
+	if (!key_violation_check())
+		return insert_job(&a);
+	if (!key_guarded(KEY_INSERT_JOB, &a, &inserted))
+		return false;
+	return inserted;
 }
+
+/* insert_job: store_insert_job() on the back end of the moment, unguarded. */
+static bool
+insert_job(const KeyInsertArgs *a)
+{
+	return backend_for(STORE_OP_INSERT_JOB)->insert_job(a->req, a->job_id);
+}
+
+/* How often a batch is tried again after a key index's unique violation. */
+#define KEY_BATCH_TRIES 3
 
 /*
  * store_insert_jobs: insert the batch's jobs that are not to be skipped,
  * in order, each unless a job exists in the scope for its key (stored, or
  * inserted by an earlier row).  inserted[i] says whether row i created a
- * job, job_ids[i] its id.
+ * job, job_ids[i] its id.  One pass of the back end
+ * (STMT_INSERT_JOBS, or the fast path's).  A unique violation on an index of the key that ON
+ * CONFLICT does not arbitrate (see key_guarded) undoes the pass, which is
+ * tried again (the winner of that key has committed: the next pass finds
+ * its job); after KEY_BATCH_TRIES passes nothing is inserted here, and the
+ * caller submits each row alone, as submit() does.
  */
 void
 store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 {
-	backend_for(STORE_OP_INSERT_JOBS)->insert_jobs(scope, batch, inserted, job_ids);
+	KeyInsertArgs a = {NULL, NULL, scope, batch, inserted, job_ids};
+	bool		unused;
+
+	if (!key_violation_check())
+	{
+		insert_jobs(&a);
+		return;
+	}
+	for (int tries = 0; tries < KEY_BATCH_TRIES; tries++)
+		if (key_guarded(KEY_INSERT_JOBS, &a, &unused))
+			return;
+	for (int i = 0; i < batch->count; i++)
+		inserted[i] = false;
+}
+
+/* insert_jobs: store_insert_jobs() on the back end of the moment, unguarded. */
+static void
+insert_jobs(const KeyInsertArgs *a)
+{
+	backend_for(STORE_OP_INSERT_JOBS)->insert_jobs(a->scope, a->batch, a->inserted, a->job_ids);
 }
 
 /*

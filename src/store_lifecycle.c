@@ -79,7 +79,7 @@ same_text(Datum a, Datum b)
  * in order, each unless a job exists in the scope for its key (stored, or
  * inserted by an earlier row).  inserted[i] says whether row i created a
  * job, job_ids[i] its id.  One statement (STMT_INSERT_JOBS): the arrays by
- * SubmitColumn, the scope, then the positions of the rows to insert.
+ * SubmitColumn, the scope, then whether each row is to be inserted.
  */
 static void
 sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
@@ -87,7 +87,6 @@ sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_i
 	Datum		values[SUBMIT_COLUMN_COUNT + 1];
 	char		nulls[SUBMIT_COLUMN_COUNT + 1];
 	Datum	   *wanted = palloc(sizeof(Datum) * Max(batch->count, 1));
-	int			nwanted = 0;
 	uint64		n;
 	int			row = 0;
 
@@ -95,16 +94,16 @@ sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_i
 	for (int i = 0; i < batch->count; i++)
 	{
 		inserted[i] = false;
-		if (!batch->skip[i])
-			wanted[nwanted++] = Int64GetDatum(i + 1);
+		wanted[i] = BoolGetDatum(!batch->skip[i]);
 	}
 	memcpy(values, batch->arrays, sizeof(batch->arrays));
 	if (batch->arrays[SUBMIT_MAX_ATTEMPTS] == (Datum) 0)
 		nulls[SUBMIT_MAX_ATTEMPTS] = 'n';
 	values[SUBMIT_SCOPE] = scope;
-	values[SUBMIT_COLUMN_COUNT] = PointerGetDatum(construct_array(wanted, nwanted, INT8OID,
-																  sizeof(int64), FLOAT8PASSBYVAL,
-																  TYPALIGN_DOUBLE));
+	/* beside the rows, whether each is to be inserted (linear: no = ANY) */
+	values[SUBMIT_COLUMN_COUNT] = PointerGetDatum(construct_array(wanted, batch->count, BOOLOID,
+																  sizeof(bool), true,
+																  TYPALIGN_CHAR));
 	n = sql_run(STMT_INSERT_JOBS, values, nulls);
 
 	/*

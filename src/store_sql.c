@@ -120,10 +120,11 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/*
-	 * Many jobs in one statement, in input order ($8: the rows to insert,
-	 * by position): a later row with the key of an earlier one, or of a
-	 * stored job, inserts nothing.  Returns the key of every job inserted,
-	 * with its id; the caller matches them to the rows.
+	 * Many jobs in one statement, in input order ($8: whether each row is
+	 * to be inserted, unnested beside the others, so that the statement is
+	 * linear in the rows): a later row with the key of an earlier one, or
+	 * of a stored job, inserts nothing.  Returns the key of every job
+	 * inserted, with its id; the caller matches them to the rows.
 	 */
 	[STMT_INSERT_JOBS] = {
 		"insert jobs",
@@ -131,14 +132,15 @@ static const StatementDef statements[STMT_COUNT] = {
 		" (" SUBMIT_COLUMN_NAMES ")"
 		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7"
 		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6))"
-		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, n)"
-		" WHERE u.n OPERATOR(pg_catalog.=) ANY ($8)"
+		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+		"  pg_catalog.unnest($8))"
+		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, wanted, n)"
+		" WHERE u.wanted"
 		" ORDER BY u.n"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.owner_id::pg_catalog.text, j.idempotency_key::pg_catalog.text, j.id",
 		8, {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
-		INT4ARRAYOID, TEXTOID, INT8ARRAYOID},
+		INT4ARRAYOID, TEXTOID, BOOLARRAYOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/* The existing job for a key, and which parts of the request match it. */
@@ -740,7 +742,15 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_INVARIANT_VIOLATIONS] = {
 		"invariant violations",
 		"SELECT v.invariant, v.job_id, v.attempt_id, v.detail, v.scope"
-		" FROM jobguard.invariant_violations() v",
+		" FROM jobguard.invariant_violations() v"
+		/* a grant of a dropped role: a restore would give it to another role */
+		" UNION ALL"
+		" SELECT 'a grant names an existing role', NULL::pg_catalog.int8, NULL::pg_catalog.int8,"
+		"  pg_catalog.format('the %s grant of role OID %s, which was dropped', g.kind,"
+		"   g.role::pg_catalog.oid), g.scope"
+		" FROM jobguard.grants g"
+		" WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r"
+		"  WHERE r.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid)",
 		0, {0},
 		SPI_OK_SELECT, true, true
 	},

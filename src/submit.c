@@ -35,6 +35,13 @@
  */
 #define SUBMIT_MAX_TRIES 3
 
+/*
+ * The most requests one submit_many() call takes (54000 beyond): a call is
+ * one transaction and one result set, linear in its rows on either path;
+ * this bounds what one call may hold (doc/reference.md).
+ */
+#define MAX_BATCH_ROWS 10000
+
 PG_FUNCTION_INFO_V1(jobguard_submit);
 PG_FUNCTION_INFO_V1(jobguard_submit_many);
 
@@ -353,6 +360,12 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 	batch_column(fcinfo, 4, "providers", "provider", TEXTOID, false, &columns[4]);
 	batch_column(fcinfo, 5, "max_attempts", "max_attempts", INT4OID, true, &columns[5]);
 	count = columns[0].count;
+	if (count > MAX_BATCH_ROWS)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("jobguard.submit_many() takes at most %d requests", MAX_BATCH_ROWS),
+				 errdetail("It was given %d.", count),
+				 errhint("Submit them in several calls.")));
 	for (int c = 1; c < 6; c++)
 		if (columns[c].count != count && !(c == 5 && columns[c].count == -1))
 			ereport(ERROR,
@@ -431,11 +444,23 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 				stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
 				claim_work_ready(job_ids[i]);
 			}
-			else				/* a job has the key: what submit() would answer */
+			else
+			{
+				/*
+				 * a job has the key: what submit() would answer, in a
+				 * connection of its own, so that what its statements
+				 * return is freed with the row instead of at the end of
+				 * the call (memory stays flat however many rows replay)
+				 */
+				SavedIdentity row_caller;
+
+				store_connect(&row_caller);
 				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
 									 columns[2].values[i], columns[3].values[i],
 									 columns[4].values[i], attempts[i], attempts_null[i],
 									 &job_id, &match);
+				store_finish(&row_caller);
+			}
 			row[1] = Int64GetDatum(job_id);
 			row_nulls[1] = false;
 			row[2] = BoolGetDatum(outcome == SUBMIT_CREATED);

@@ -206,6 +206,9 @@ jobguard_claim(PG_FUNCTION_ARGS)
 	req.worker = text_arg(fcinfo, 0, "worker", MAX_KEY_CHARS);
 	req.operations_null = PG_ARGISNULL(1);
 	req.operations = req.operations_null ? (Datum) 0 : PG_GETARG_DATUM(1);
+	/* the list is read for every candidate: bounded like a payload */
+	if (!req.operations_null)
+		require_payload_size(req.operations, "operations");
 	if (!req.operations_null && ARR_NDIM(PG_GETARG_ARRAYTYPE_P(1)) > 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -220,6 +223,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 				 errdetail("It is %d.", req.max_jobs)));
 	req.provider = optional_text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS, &req.provider_null);
 	wait = DatumGetIntervalP(interval_arg(fcinfo, 5, "wait", true));
+	require_wait_limit(interval_ms(wait), "wait", "claim");
 	if (interval_ms(wait) > 0 && IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),

@@ -8,7 +8,11 @@
 # jobguard": jobguard's data is every scope's); the documented dump of its
 # own objects leaves jobguard out entirely; a superuser's dump, restored
 # into another cluster after the roles, keeps every scope, grant and
-# privilege, the regrole columns restored by role name.
+# privilege, the regrole columns restored by role name.  A granted role
+# dropped without its revoke function (DROP OWNED BY, DROP ROLE) leaves
+# its grant behind as a bare OID: check_invariants() names it, and the
+# dump leaves it out, so that the role holding that OID in the other
+# cluster inherits nothing.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -149,6 +153,17 @@ SELECT jobguard.grant_client('blog_app', 'blog');
 SELECT jobguard.grant_reader('audit', 'shop');
 SELECT jobguard.grant_operator('ops');
 });
+# An operator dropped without revoke_operator: its row stays behind as a
+# bare OID, which the dump must not carry to a cluster where another role
+# has that OID.
+$node->safe_psql('postgres', 'CREATE ROLE gone_ops LOGIN');
+$node->safe_psql('owned', q{SELECT jobguard.grant_operator('gone_ops')});
+my $gone_oid = $node->safe_psql('owned', q{SELECT 'gone_ops'::regrole::oid});
+$node->safe_psql('owned', 'DROP OWNED BY gone_ops');
+$node->safe_psql('postgres', 'DROP ROLE gone_ops');
+is($node->safe_psql('owned', q{SELECT invariant || ': ' || detail FROM jobguard.check_invariants()}),
+	"a grant names an existing role: the operator grant of role OID $gone_oid, which was dropped",
+	"check_invariants() names the dropped role's grant");
 
 # as_role: run SQL in a database of a node as a role; dies on error
 sub as_role
@@ -199,14 +214,41 @@ $other->command_fails_like(
 # exists already: psql reports that one error and goes on
 $other->command_ok([ 'psql', '-X', '-q', '-d', $other->connstr('postgres'), '-f', "$dir/roles.sql" ],
 	'the roles restored first');
+# a member of the blog's client role gets the dropped operator's OID here
+# (fresh roles take the next OIDs of this younger cluster)
+my $intruder_oid = $other->safe_psql('postgres', qq{
+DO \$\$
+DECLARE
+	n integer := 0;
+BEGIN
+	LOOP
+		EXECUTE format('CREATE ROLE filler_%s', n);
+		EXIT WHEN (SELECT oid FROM pg_roles WHERE rolname = 'filler_' || n) >= $gone_oid;
+		n := n + 1;
+	END LOOP;
+	EXECUTE format('ALTER ROLE filler_%s RENAME TO intruder', n);
+END \$\$;
+ALTER ROLE intruder LOGIN;
+GRANT blog_app TO intruder;
+SELECT 'intruder'::regrole::oid;
+});
+is($intruder_oid, $gone_oid, "a role of the other cluster has the dropped operator's OID");
 $other->safe_psql('postgres', 'CREATE DATABASE owned OWNER app_owner');
 $other->command_ok(
 	[ 'pg_restore', '--exit-on-error', '--dbname', $other->connstr('owned'), "$dir/owned.dump" ],
 	'after the roles, the superuser restores it');
 
 my $grants = q{SELECT string_agg(format('%s %s %s %s', role, kind, scope, payloads), ', ' ORDER BY role::text) FROM jobguard.grants};
-is($other->safe_psql('owned', $grants), $node->safe_psql('owned', $grants),
-	'every grant restored: clients, reader and operator with their scopes');
+my $live_grants = $grants . q{ WHERE role::oid IN (SELECT oid FROM pg_roles)};
+is($other->safe_psql('owned', $grants), $node->safe_psql('owned', $live_grants),
+	"every grant of a role that exists restored: clients, reader and operator with their scopes, not the dropped role's");
+is(as_role($other, 'owned', 'intruder', 'SELECT jobguard.caller_scope() || $$ $$ || count(*) FROM jobguard.job_overview'),
+	'blog 1', "the role with the dropped operator's OID is what its membership makes it: the blog's client, no operator");
+my ($iret, $iout, $ierr) = $other->psql('owned', "SELECT jobguard.cancel_job($shop_job, 'taken over')",
+	connstr => $other->connstr('owned') . ' user=intruder');
+like($ierr, qr/job $shop_job does not exist/, "and it cannot cancel the shop's job");
+is($other->safe_psql('owned', 'SELECT count(*) FROM jobguard.check_invariants()'), '0',
+	'no grant of a dropped role in the restored database');
 isnt($other->safe_psql('owned', q{SELECT 'shop_app'::regrole::oid}), $node->safe_psql('owned', q{SELECT 'shop_app'::regrole::oid}),
 	'by role name: the roles have other OIDs there');
 my $scoped = q{SELECT string_agg(format('%s %s %s %s', scope, owner_id, idempotency_key, params), ', ' ORDER BY id) FROM jobguard.jobs};
@@ -241,7 +283,7 @@ $other->command_ok(
 		'--dbname', $other->connstr('as_owner') . ' user=other_admin', "$dir/owned.dump"
 	],
 	"with --role=<the extension's owner> it restores");
-is($other->safe_psql('as_owner', $grants), $node->safe_psql('owned', $grants), 'with every grant');
+is($other->safe_psql('as_owner', $grants), $node->safe_psql('owned', $live_grants), 'with every grant');
 $other->stop;
 
 $node->stop;

@@ -6,7 +6,8 @@
 # fallback); a wrong password in a mapping is refused by the shard;
 # check_shards works through a mapping to a reader, which has no rights on
 # the shards' tables; two client roles of two scopes do not see each
-# other's jobs through the proxy; configure_proxy refuses a password in
+# other's jobs through the proxy; a client cannot create or alter its own
+# user mapping (to run as another shard role); configure_proxy refuses a password in
 # every form libpq reads one; the 1.0 -> 1.1 update refuses while a
 # password or a PUBLIC mapping is left.
 #
@@ -175,6 +176,36 @@ like($e, qr/password authentication failed for user "shop_shard"/,
 is(join(',', map { on_shard($_, q{SELECT count(*) FROM jobguard.jobs WHERE owner_id = 'eve'}) } 0 .. $n - 1),
 	join(',', (0) x $n), 'neither wrote anything');
 
+# ------------------------------------- a client cannot choose its shard role
+
+# USAGE on the foreign server, which PL/Proxy needs, lets a role create and
+# alter its own user mapping: pointed at the shards' superuser (trusted on
+# their sockets here), the blog's role would read and cancel the shop's
+# job.  jobguard_proxy's event trigger refuses it.
+my $shard_superuser = $shards[0]->safe_psql('postgres', 'SELECT current_user');
+($o, $e) = as_role('app_blog',
+	"ALTER USER MAPPING FOR CURRENT_USER SERVER jobguard_shards OPTIONS (SET user '$shard_superuser')");
+like($e, qr/\b42501\b.*only the owner of server jobguard_shards may create or alter its user mappings/,
+	'a client cannot point its own user mapping at another shard role (42501)');
+($o, $e) = as_role('app_blog',
+	"ALTER USER MAPPING FOR CURRENT_USER SERVER jobguard_shards OPTIONS (DROP password)");
+like($e, qr/\b42501\b/, 'nor change its password');
+($o, $e) = as_role('app_nomap',
+	"CREATE USER MAPPING FOR CURRENT_USER SERVER jobguard_shards OPTIONS (user '$shard_superuser')");
+like($e, qr/\b42501\b/, 'a client without a mapping cannot create one for itself');
+is($proxy->safe_psql('postgres',
+		q{SELECT string_agg(usename || ':' || array_to_string(umoptions, ' '), ', ' ORDER BY usename) FROM pg_user_mappings
+		   WHERE srvname = 'jobguard_shards' AND usename IN ('app_blog', 'app_nomap')}),
+	'app_blog:user=blog_shard password=blog-secret', 'the mappings are as the proxy\'s owner made them');
+($o, $e) = as_role('app_blog', "SELECT params FROM jobguard.job($shop_job)");
+like($e, qr/\bJG008\b/, "the blog's role still runs as the blog's shard role: the shop's job does not exist for it");
+($o, $e) = as_role('app_blog', "SELECT jobguard.cancel_job($shop_job, 'taken over')");
+like($e, qr/\bJG008\b/, "and cannot cancel it");
+is($proxy->safe_psql('postgres',
+		q{ALTER USER MAPPING FOR app_badpass SERVER jobguard_shards OPTIONS (SET password 'guessed');
+		  SELECT 'altered'}),
+	'altered', "the proxy's superuser still manages the mappings");
+
 # --------------------------------------------------- who reads credentials
 
 is((as_role('app_blog', q{SELECT usename || ':' || coalesce(array_to_string(umoptions, ' '), 'hidden')
@@ -241,7 +272,7 @@ DROP USER MAPPING FOR PUBLIC SERVER jobguard_shards;
 ALTER EXTENSION jobguard_proxy UPDATE;
 });
 is($proxy->safe_psql('old_proxy', q{SELECT extversion FROM pg_extension WHERE extname = 'jobguard_proxy'}),
-	'1.1', 'then it updates to 1.1');
+	'1.2', 'then it updates to 1.2, through 1.1');
 my $functions = q{SELECT string_agg(p.oid::regprocedure || ' ' || md5(pg_get_functiondef(p.oid))
 	|| ' ' || coalesce(obj_description(p.oid, 'pg_proc'), '-') || ' ' || coalesce(p.proacl::text, '-'), E'\n' ORDER BY p.oid::regprocedure::text)
 	FROM pg_proc p WHERE p.pronamespace = 'jobguard'::regnamespace};

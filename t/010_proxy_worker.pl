@@ -41,7 +41,7 @@ ALTER EXTENSION jobguard_proxy UPDATE;
 });
 is($proxy->safe_psql('updated',
 		q{SELECT extversion FROM pg_extension WHERE extname = 'jobguard_proxy'}),
-	'1.1', 'a 1.0 proxy updates to 1.1');
+	'1.2', 'a 1.0 proxy updates to 1.2, through 1.1');
 is($proxy->safe_psql('updated', q{
 	SELECT string_agg(p.oid::regprocedure::text, ' ' ORDER BY 1) FROM pg_proc p
 	 WHERE p.pronamespace = 'jobguard'::regnamespace
