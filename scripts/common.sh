@@ -45,7 +45,12 @@ ensure_packages() {
 # first step that fails (also where the caller's set -e does not apply).
 build_and_install() {
 	echo "jobguard: building and installing against $("$PG_CONFIG" --version)"
+	# scripts an earlier install left (a full jobguard--1.1.sql would be
+	# taken for a shorter way to 1.2 than the update scripts) go first
+	local ext
+	ext="$("$PG_CONFIG" --sharedir)/extension"
 	make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" ${PG_CFLAGS:+PG_CFLAGS="$PG_CFLAGS"} &&
+		as_root rm -f "$ext"/jobguard--*.sql "$ext"/jobguard_proxy--*.sql &&
 		as_root make -C "$ROOT" -s PG_CONFIG="$PG_CONFIG" install &&
 		as_root make -C "$ROOT/proxy" -s PG_CONFIG="$PG_CONFIG" install
 }
