@@ -115,3 +115,6 @@ SELECT jobguard.revoke_client('regress_fm_reader');
 SELECT jobguard.revoke_client('regress_fm_operator');
 DROP ROLE regress_fm_client, regress_fm_reader, regress_fm_operator;
 SELECT * FROM jobguard.check_invariants();
+-- leave no contract behind for the suites that follow in the same database
+TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications
+	RESTART IDENTITY;
