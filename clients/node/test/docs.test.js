@@ -23,7 +23,7 @@ function docBlock(marker, doc = DOC) {
   const text = fs.readFileSync(doc, 'utf8');
   const at = text.indexOf(marker);
   assert.ok(at >= 0, `${doc} has no ${marker}`);
-  const m = /^\s*```[a-z]*\n([\s\S]*?)```/.exec(text.slice(at + marker.length));
+  const m = /^\s*```[a-z]*(?: [a-z=]+)*\n([\s\S]*?)```/.exec(text.slice(at + marker.length));
   assert.ok(m, `no code block after ${marker}`);
   return m[1];
 }

@@ -31,7 +31,7 @@ WORKER = CLIENT / "examples" / "worker.py"
 def doc_block(marker: str, doc: pathlib.Path = DOC) -> str:
     """The fenced code block of doc that follows the HTML comment ``marker``."""
     text = doc.read_text()
-    m = re.search(re.escape(marker) + r"\s*```[a-z]*\n(.*?)```", text, re.S)
+    m = re.search(re.escape(marker) + r"\s*```[a-z]*(?: [a-z=]+)*\n(.*?)```", text, re.S)
     assert m, f"{doc} has no code block after {marker}"
     return m.group(1)
 
