@@ -10,13 +10,11 @@
  */
 #include "postgres.h"
 
-#include "access/xact.h"
 #include "catalog/pg_type.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/array.h"
 #include "utils/hsearch.h"
-#include "utils/resowner.h"
 #include "utils/builtins.h"
 #include "utils/fmgrprotos.h"
 #include "utils/jsonb.h"
@@ -29,6 +27,7 @@
 #include "transitions.h"
 #include "metrics.h"
 #include "store.h"
+#include "subxact.h"
 
 PG_FUNCTION_INFO_V1(jobguard_finish_attempt);
 PG_FUNCTION_INFO_V1(jobguard_finish_many);
@@ -233,13 +232,34 @@ typedef struct FinishedElement
  * whole call.
  */
 static bool
-refusal_carried(int sqlerrcode)
+refusal_carried(const ErrorData *edata)
 {
-	return sqlerrcode == ERRCODE_JG_INVALID_TRANSITION ||
-		sqlerrcode == ERRCODE_JG_RESULT_MISMATCH ||
-		sqlerrcode == ERRCODE_JG_ATTEMPT_NOT_FOUND ||
-		sqlerrcode == ERRCODE_NULL_VALUE_NOT_ALLOWED ||
-		sqlerrcode == ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+	int			code = edata->sqlerrcode;
+
+	return code == ERRCODE_JG_INVALID_TRANSITION ||
+		code == ERRCODE_JG_RESULT_MISMATCH ||
+		code == ERRCODE_JG_ATTEMPT_NOT_FOUND ||
+		code == ERRCODE_NULL_VALUE_NOT_ALLOWED ||
+		code == ERRCODE_PROGRAM_LIMIT_EXCEEDED;
+}
+
+/* one element of finish_many, for subxact_run() */
+typedef struct FinishElementRun
+{
+	int64		attempt_id;
+	Datum		result;
+	Oid			userid;
+	const char *scope;
+	const char *outcome;
+} FinishElementRun;
+
+/* finish_element_body: finish_one() of the element, for subxact_run(). */
+static void
+finish_element_body(void *arg)
+{
+	FinishElementRun *run = (FinishElementRun *) arg;
+
+	run->outcome = finish_one(run->attempt_id, run->result, run->userid, run->scope);
 }
 
 /*
@@ -252,37 +272,15 @@ static const char *
 finish_element(int64 attempt_id, Datum result, Oid userid, const char *scope,
 			   char **sqlstate, char **message)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	const char *volatile outcome = NULL;
+	FinishElementRun run = {attempt_id, result, userid, scope, NULL};
+	ErrorData  *edata = subxact_run(finish_element_body, &run, refusal_carried);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
-	{
-		outcome = finish_one(attempt_id, result, userid, scope);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (!refusal_carried(edata->sqlerrcode))
-			ReThrowError(edata);
-		*sqlstate = pstrdup(unpack_sql_state(edata->sqlerrcode));
-		*message = pstrdup(edata->message);
-		FreeErrorData(edata);
-	}
-	PG_END_TRY();
-	return outcome;
+	if (edata == NULL)
+		return run.outcome;
+	*sqlstate = pstrdup(unpack_sql_state(edata->sqlerrcode));
+	*message = pstrdup(edata->message);
+	FreeErrorData(edata);
+	return NULL;
 }
 
 /*

@@ -35,6 +35,7 @@
 #include "launcher.h"
 #include "store.h"
 #include "store_backend.h"
+#include "subxact.h"
 
 /*
  * store_connect: open the SPI connection a jobguard call works in, and run
@@ -293,57 +294,50 @@ typedef struct KeyInsertArgs
 	int64	   *job_ids;
 } KeyInsertArgs;
 
+/* one run of key_guarded(): what to insert, with what, and insert_job's answer */
+typedef struct KeyInsertRun
+{
+	KeyInsert	what;
+	const KeyInsertArgs *args;
+	bool		result;
+} KeyInsertRun;
+
 static bool insert_job(const KeyInsertArgs *a);
 static void insert_jobs(const KeyInsertArgs *a);
+
+/* key_insert_body: the insert key_guarded() runs, for subxact_run(). */
+static void
+key_insert_body(void *arg)
+{
+	KeyInsertRun *run = (KeyInsertRun *) arg;
+
+	if (run->what == KEY_INSERT_JOB)
+		run->result = insert_job(run->args);
+	else
+		insert_jobs(run->args);
+}
 
 /*
  * key_guarded: run one of submit's inserts in a subtransaction; a unique
  * violation raised by an index on the key rolls it back and returns false
  * (the call then reads the winner's job, as after a conflict).  Any other
- * error goes on, raised again once the subtransaction is rolled back.  Returns true when the insert ran to its end; insert_job's
+ * error goes on, raised again once the subtransaction is rolled back
+ * (subxact_run).  Returns true when the insert ran to its end; insert_job's
  * own answer is in *result.
  */
 static bool
 key_guarded(KeyInsert what, const KeyInsertArgs *a, bool *result)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-	ResourceOwner owner = CurrentResourceOwner;
-	volatile bool done = false;
+	KeyInsertRun run = {what, a, false};
+	ErrorData  *edata = subxact_run(key_insert_body, &run, violates_key_index);
 
-	BeginInternalSubTransaction(NULL);
-	MemoryContextSwitchTo(cxt);
-	PG_TRY();
+	if (edata != NULL)
 	{
-		if (what == KEY_INSERT_JOB)
-			*result = insert_job(a);
-		else
-			insert_jobs(a);
-		ReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		done = true;
-	}
-	PG_CATCH();
-	{
-		ErrorData  *edata;
-
-		/*
-		 * The subtransaction ends here whatever the error: rethrown with it
-		 * still open, the error would leave the client's transaction inside
-		 * an aborted subtransaction it never began.
-		 */
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		if (!violates_key_index(edata))
-			ReThrowError(edata);
 		FreeErrorData(edata);
+		return false;
 	}
-	PG_END_TRY();
-	return done;
+	*result = run.result;
+	return true;
 }
 
 /*
