@@ -201,7 +201,7 @@ kill 'KILL', $pid;
 $node->poll_query_until('postgres', 'SELECT true')
   or die 'server did not come back after the backend was killed';
 my $log = substr(PostgreSQL::Test::Utils::slurp_file($node->logfile), $log_offset);
-like($log, qr/server process \(PID $pid\) was terminated by signal 9/,
+like($log, qr/(?:server process|client backend) \(PID $pid\) was terminated by signal 9/,
 	'the log shows the client backend killed by signal 9');
 like($log, qr/all server processes terminated; reinitializing/, 'and the postmaster restarting everything');
 check_after_crash('backend SIGKILL', @runs);
