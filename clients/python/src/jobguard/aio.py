@@ -15,11 +15,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import signal
-import socket
 import time
-import uuid
 from datetime import timedelta
 from types import TracebackType
 from typing import (Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Type, TypeVar,
@@ -32,7 +29,7 @@ from . import api
 from .api import Claimed, Seconds, Steps
 from .errors import AttemptNotFound, InvalidTransition, ResultMismatch, translate
 from .ids import AttemptId, JobId
-from .worker import MAX_ERROR, WorkerStats, _secs, unrecordable
+from .worker import MAX_ERROR, WorkerStats, _set_options, unrecordable
 
 __all__ = ["AsyncConnection", "AsyncWorker", "AsyncHandler"]
 
@@ -218,25 +215,9 @@ class AsyncWorker:
                  reconnect_max: Seconds = 5, shutdown_grace: Seconds = 30,
                  connect_kwargs: Optional[Dict[str, Any]] = None) -> None:
         """The options of ``jobguard.Worker``."""
-        if batch < 1:
-            raise ValueError("batch must be at least 1")
-        self.handler = handler
-        self.conninfo = conninfo
-        self.connect_kwargs: Dict[str, Any] = dict(connect_kwargs or {})
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.operations = list(operations) if operations is not None else None
-        self.provider = provider
-        self.batch = batch
-        self.timeout = _secs(timeout)
-        self.wait = _secs(wait)
-        self.heartbeat_every = (_secs(heartbeat_every) if heartbeat_every is not None
-                                else self.timeout / 3)
-        if self.timeout <= 0 or self.wait < 0 or self.heartbeat_every <= 0:
-            raise ValueError("timeout and heartbeat_every must be positive, wait not negative")
-        self.reconnect_min = _secs(reconnect_min)
-        self.reconnect_max = _secs(reconnect_max)
-        self.shutdown_grace = _secs(shutdown_grace)
-        self.stats = WorkerStats()
+        _set_options(self, handler, conninfo, name, operations, provider, batch, timeout, wait,
+                     heartbeat_every, reconnect_min, reconnect_max, shutdown_grace,
+                     connect_kwargs)
         self._held: Dict[AttemptId, Claimed] = {}
         self._ran: Set[AttemptId] = set()
         self._unreported: Set[AttemptId] = set()

@@ -70,6 +70,7 @@ class RetryLater(Exception):
 
 
 @dataclass
+
 class WorkerStats:
     """What a worker did, counted as it went."""
 
@@ -179,6 +180,32 @@ class _Link:
             self._conn = None
 
 
+def _set_options(w: Any, handler: Any, conninfo: str, name: Optional[str],
+                 operations: Optional[Sequence[str]], provider: Optional[str], batch: int,
+                 timeout: Seconds, wait: Seconds, heartbeat_every: Optional[Seconds],
+                 reconnect_min: Seconds, reconnect_max: Seconds, shutdown_grace: Seconds,
+                 connect_kwargs: Optional[Dict[str, Any]]) -> None:
+    """The options a Worker and an AsyncWorker share, checked and set on w."""
+    if batch < 1:
+        raise ValueError("batch must be at least 1")
+    w.handler = handler
+    w.conninfo = conninfo
+    w.connect_kwargs = dict(connect_kwargs or {})
+    w.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    w.operations = list(operations) if operations is not None else None
+    w.provider = provider
+    w.batch = batch
+    w.timeout = _secs(timeout)
+    w.wait = _secs(wait)
+    w.heartbeat_every = (_secs(heartbeat_every) if heartbeat_every is not None
+                         else w.timeout / 3)
+    if w.timeout <= 0 or w.wait < 0 or w.heartbeat_every <= 0:
+        raise ValueError("timeout and heartbeat_every must be positive, wait not negative")
+    w.reconnect_min = _secs(reconnect_min)
+    w.reconnect_max = _secs(reconnect_max)
+    w.shutdown_grace = _secs(shutdown_grace)
+    w.stats = WorkerStats()
+
 class Worker:
     """Claims jobs and runs ``handler`` on each; see the module's docstring."""
 
@@ -197,25 +224,9 @@ class Worker:
         (default a third of ``timeout``); reconnects wait ``reconnect_min``
         doubling up to ``reconnect_max``; once stopped, a report is tried
         for at most ``shutdown_grace``."""
-        if batch < 1:
-            raise ValueError("batch must be at least 1")
-        self.handler = handler
-        self.conninfo = conninfo
-        self.connect_kwargs: Dict[str, Any] = dict(connect_kwargs or {})
-        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.operations = list(operations) if operations is not None else None
-        self.provider = provider
-        self.batch = batch
-        self.timeout = _secs(timeout)
-        self.wait = _secs(wait)
-        self.heartbeat_every = (_secs(heartbeat_every) if heartbeat_every is not None
-                                else self.timeout / 3)
-        if self.timeout <= 0 or self.wait < 0 or self.heartbeat_every <= 0:
-            raise ValueError("timeout and heartbeat_every must be positive, wait not negative")
-        self.reconnect_min = _secs(reconnect_min)
-        self.reconnect_max = _secs(reconnect_max)
-        self.shutdown_grace = _secs(shutdown_grace)
-        self.stats = WorkerStats()
+        _set_options(self, handler, conninfo, name, operations, provider, batch, timeout, wait,
+                     heartbeat_every, reconnect_min, reconnect_max, shutdown_grace,
+                     connect_kwargs)
         self._stats_lock = threading.Lock()
         self._held: Dict[AttemptId, Claimed] = {}     # claimed, not yet reported
         self._ran: set[AttemptId] = set()     # handler called, report not done
