@@ -3,8 +3,9 @@
 # numbered as given (refusals and in-batch replays included); claim takes
 # jobs from a named shard, or from the shards in turn until max_jobs;
 # heartbeat and fail_attempt(retry_in) reach the attempt's shard;
-# define_operation sets the retry policy on every shard.  Also: a 1.0 proxy
-# updates to 1.1.
+# define_operation sets the retry policy on every shard; finish_many (1.2)
+# sends each result to its attempt's shard.  Also: a 1.0 proxy
+# updates to 1.2.
 #
 # Needs the plproxy and jobguard_proxy extensions installed.
 use strict;
@@ -130,6 +131,29 @@ is($shards[1]->safe_psql('shard1', qq{
 	't', 'fail_attempt(retry_in) through the proxy holds the job back on its shard');
 is(proxy(q{SELECT count(*) FROM jobguard.claim('w6', shard => 1)}), 0,
 	'claim honours the backoff on the shard');
+
+# ------------------------------------------------------------- finish_many
+
+# open attempts of the claims above: two on shard 0, one on shard 1
+my ($a0, $b0) = split /\n/, $shards[0]->safe_psql('shard0',
+	q{SELECT attempt_id FROM jobguard.attempt_overview WHERE state = 'started' ORDER BY 1 LIMIT 2});
+my ($a1) = $shards[1]->safe_psql('shard1',
+	q{SELECT attempt_id FROM jobguard.attempt_overview WHERE state = 'started' ORDER BY 1 LIMIT 1});
+ok($a0 && $b0 && $a1, 'open attempts on both shards to finish');
+is(proxy(qq{
+	SELECT string_agg(format('%s:%s:%s:%s', ord, coalesce(attempt_id::text, '-'),
+							 coalesce(outcome, '-'), coalesce(sqlstate, '-')), ' ' ORDER BY ord)
+	  FROM jobguard.finish_many(ARRAY[$a1, $a0, NULL, $a1, $b0, $a0],
+								ARRAY['{"n": 1}', '{"n": 2}', '{}', '{"n": 1}', '{"n": 3}', '{"n": 9}']::jsonb[])}),
+	"1:$a1:won:- 2:$a0:won:- 3:-:-:22004 4:$a1:won:- 5:$b0:won:- 6:$a0:-:JG007",
+	'finish_many: each element on its shard, rows in input order, repeats decided by the first');
+like(proxy(q{SELECT message FROM jobguard.finish_many(ARRAY[NULL, 1]::bigint[], ARRAY['{}', NULL]::jsonb[]) WHERE ord = 2}),
+	qr/^element 2 of /, 'finish_many: a shard\'s message names the element as numbered in the input');
+is($shards[0]->safe_psql('shard0', qq{SELECT result FROM jobguard.jobs j JOIN jobguard.attempts a ON a.job_id = j.id WHERE a.id = $a0}),
+	'{"n": 2}', 'finish_many: the result is on the attempt\'s shard');
+like(proxy_error(q{SELECT * FROM jobguard.finish_many(ARRAY[1], '{}')}), qr/22023/,
+	'finish_many: unequal arrays are 22023 for the whole call');
+is(proxy(q{SELECT count(*) FROM jobguard.finish_many('{}', '{}')}), 0, 'finish_many: an empty batch');
 
 $proxy->stop;
 $_->stop for @shards;
