@@ -164,7 +164,11 @@ AS $$
 		'jobguard.submit_many_on_shards(integer[], text[], text[], text[], jsonb[], text[], integer[])',
 		'jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[])',
 		'jobguard.finish_many_on_shards(integer[], bigint[], jsonb[])',
-		'jobguard.finish_many(bigint[], jsonb[])']) AS f;
+		'jobguard.finish_many(bigint[], jsonb[])',
+		'jobguard.shard_count()',
+		'jobguard.provider_key(bigint)', 'jobguard.redrive_attempt(bigint)',
+		'jobguard.claim_unknown_on_shard(integer, text, text[], integer, interval, interval)',
+		'jobguard.claim_unknown(text, text[], integer, interval, interval, integer)']) AS f;
 $$;
 
 COMMENT ON FUNCTION jobguard.client_functions() IS 'the functions jobguard.grant_client() grants a proxy role';
@@ -204,3 +208,228 @@ END
 $$;
 
 REVOKE ALL ON FUNCTION jobguard.client_functions() FROM PUBLIC;
+
+---------------------------------------------------------------------------
+-- Liveness (jobguard 1.2): provider keys, redrive, reconciliation, policies
+---------------------------------------------------------------------------
+
+/*
+ * claim returns two more columns in 1.2: the attempt's provider_key and
+ * whether the row is a redrive.  A function's result cannot change in
+ * place, so the three claim functions are made again with them; what they
+ * do is 1.1's (doc in jobguard_proxy--1.0--1.1.sql, "claim").
+ */
+DROP FUNCTION jobguard.claim(text, text[], interval, integer, text, interval, integer);
+DROP FUNCTION jobguard.claim_in_turn(text, text[], interval, integer, text, interval, integer);
+DROP FUNCTION jobguard.claim_on_shard(integer, text, text[], interval, integer, text, interval);
+
+CREATE FUNCTION jobguard.claim_on_shard(shard integer, worker text, operations text[],
+										timeout interval, max_jobs integer, provider text,
+										wait interval)
+RETURNS TABLE (attempt_id bigint, job_id bigint, attempt_no integer, operation text,
+			   provider text, params jsonb, deadline timestamptz,
+			   provider_key text, redrive boolean)
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON shard;
+	SELECT * FROM jobguard.claim(worker, operations, timeout, max_jobs, provider, wait);
+$$;
+
+COMMENT ON FUNCTION jobguard.claim_on_shard(integer, text, text[], interval, integer, text, interval) IS 'jobguard.claim on shard number shard';
+
+/*
+ * shard_count: how many shards configure_proxy gave jobguard_shards (its
+ * p0, p1, ... options).
+ */
+CREATE FUNCTION jobguard.shard_count()
+RETURNS integer
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+	SELECT count(*)::integer
+	  FROM pg_foreign_server s, unnest(s.srvoptions) o
+	 WHERE s.srvname = 'jobguard_shards' AND o ~ '^p[0-9]+=';
+$$;
+
+CREATE FUNCTION jobguard.claim_in_turn(worker_name text, wanted_operations text[],
+									   attempt_timeout interval, jobs_wanted integer,
+									   via_provider text, wait_for interval, on_shard integer)
+RETURNS TABLE (attempt_id bigint, job_id bigint, attempt_no integer, operation text,
+			   provider text, params jsonb, deadline timestamptz,
+			   provider_key text, redrive boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	shards integer := jobguard.shard_count();
+	start_at integer;
+	got integer := 0;
+	n integer;
+	until timestamptz;
+BEGIN
+	IF $6 IS NULL THEN
+		RAISE EXCEPTION 'argument "wait" of jobguard.claim() must not be null'
+			USING ERRCODE = 'null_value_not_allowed';
+	END IF;
+	IF $6 < interval '0' THEN
+		RAISE EXCEPTION 'argument "wait" must not be negative'
+			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', $6);
+	END IF;
+	IF $7 IS NOT NULL THEN
+		RETURN QUERY SELECT * FROM jobguard.claim_on_shard($7, $1, $2, $3, $4, $5, $6);
+		RETURN;
+	END IF;
+	until := clock_timestamp() + $6;
+	LOOP
+		start_at := nextval('jobguard.claim_turn') % shards;
+		FOR k IN 0 .. shards - 1 LOOP
+			RETURN QUERY SELECT * FROM jobguard.claim_on_shard((start_at + k) % shards, $1, $2, $3,
+															   $4 - got, $5, '0');
+			GET DIAGNOSTICS n = ROW_COUNT;
+			got := got + n;
+			EXIT WHEN got >= $4;
+		END LOOP;
+		EXIT WHEN got > 0 OR clock_timestamp() >= until;
+		PERFORM pg_sleep(least(0.05, extract(epoch FROM until - clock_timestamp())));
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.claim_in_turn(text, text[], interval, integer, text, interval, integer) IS 'what jobguard.claim does on the proxy (its arguments named apart from its result columns, as PL/pgSQL needs)';
+
+CREATE FUNCTION jobguard.claim(worker text,
+							   operations text[] DEFAULT NULL,
+							   timeout interval DEFAULT '30 seconds',
+							   max_jobs integer DEFAULT 1,
+							   provider text DEFAULT NULL,
+							   wait interval DEFAULT '0',
+							   shard integer DEFAULT NULL)
+RETURNS TABLE (attempt_id bigint, job_id bigint, attempt_no integer, operation text,
+			   provider text, params jsonb, deadline timestamptz,
+			   provider_key text, redrive boolean)
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT * FROM jobguard.claim_in_turn(worker, operations, timeout, max_jobs, provider, wait, shard);
+END;
+
+COMMENT ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval, integer) IS 'jobguard.claim on shard number shard, or (NULL) on the shards in turn until max_jobs are claimed';
+
+-- an attempt's provider key and its redrive: on the attempt's shard
+CREATE FUNCTION jobguard.provider_key(attempt_id bigint)
+RETURNS text
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(attempt_id);
+$$;
+
+COMMENT ON FUNCTION jobguard.provider_key(bigint) IS 'jobguard.provider_key on the shard of attempt_id';
+
+CREATE FUNCTION jobguard.redrive_attempt(attempt_id bigint)
+RETURNS bigint
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(attempt_id);
+$$;
+
+COMMENT ON FUNCTION jobguard.redrive_attempt(bigint) IS 'jobguard.redrive_attempt on the shard of attempt_id';
+
+/*
+ * claim_unknown: unknown attempts live on the shards, so a reconciler
+ * leases them from one shard (shard => k) or from the shards in turn,
+ * starting at the next one (claim's turn), until it has max_rows.  Each
+ * shard's lease commits there at once, as claim's attempts do.
+ */
+CREATE FUNCTION jobguard.claim_unknown_on_shard(shard integer, worker text, operations text[],
+												max_rows integer, older_than interval,
+												lease interval)
+RETURNS TABLE (attempt_id bigint, job_id bigint, operation text, provider text,
+			   provider_key text, params jsonb, unknown_since timestamptz, redrivable boolean)
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON shard;
+	SELECT * FROM jobguard.claim_unknown(worker, operations, max_rows, older_than, lease);
+$$;
+
+CREATE FUNCTION jobguard.claim_unknown(worker text, operations text[] DEFAULT NULL,
+									   max_rows integer DEFAULT 1,
+									   older_than interval DEFAULT '0',
+									   lease interval DEFAULT '30 seconds',
+									   shard integer DEFAULT NULL)
+RETURNS TABLE (attempt_id bigint, job_id bigint, operation text, provider text,
+			   provider_key text, params jsonb, unknown_since timestamptz, redrivable boolean)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	shards integer := jobguard.shard_count();
+	start_at integer;
+	got integer := 0;
+	n integer;
+BEGIN
+	IF $6 IS NOT NULL THEN
+		RETURN QUERY SELECT * FROM jobguard.claim_unknown_on_shard($6, $1, $2, $3, $4, $5);
+		RETURN;
+	END IF;
+	start_at := nextval('jobguard.claim_turn') % shards;
+	FOR k IN 0 .. shards - 1 LOOP
+		RETURN QUERY SELECT * FROM jobguard.claim_unknown_on_shard((start_at + k) % shards, $1, $2,
+																   $3 - got, $4, $5);
+		GET DIAGNOSTICS n = ROW_COUNT;
+		got := got + n;
+		-- a bad argument is refused by the first shard; max_rows NULL or
+		-- below 1 never gets here
+		EXIT WHEN got >= $3;
+	END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.claim_unknown(text, text[], integer, interval, interval, integer) IS 'jobguard.claim_unknown on shard number shard, or (NULL) on the shards in turn until max_rows are leased';
+
+/*
+ * set_provider_policy on every shard.  A provider's limits are kept by
+ * each shard for its own attempts, so the proxy divides them: with n
+ * shards each gets max_in_flight / n (rounded down, at least 1) and
+ * max_per_second / n, and the sum over the shards never exceeds the
+ * limit set (unless max_in_flight < n, where each shard still gets 1).
+ * dedupes_for is the provider's promise and is the same everywhere.
+ */
+CREATE FUNCTION jobguard.set_provider_policy_on_shards(provider text, dedupes_for interval,
+													   max_in_flight integer,
+													   max_per_second numeric)
+RETURNS SETOF integer
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON ALL;
+	SELECT 1 FROM jobguard.set_provider_policy(provider, dedupes_for, max_in_flight, max_per_second);
+$$;
+
+CREATE FUNCTION jobguard.set_provider_policy(provider text, dedupes_for interval DEFAULT NULL,
+											 max_in_flight integer DEFAULT NULL,
+											 max_per_second numeric DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE
+BEGIN ATOMIC
+	SELECT count(*) FROM jobguard.set_provider_policy_on_shards(provider, dedupes_for,
+		CASE WHEN max_in_flight > 0
+			 THEN greatest(1, max_in_flight / jobguard.shard_count()) ELSE max_in_flight END,
+		CASE WHEN max_per_second > 0
+			 THEN trim_scale(max_per_second / jobguard.shard_count()) ELSE max_per_second END);
+END;
+
+COMMENT ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) IS 'jobguard.set_provider_policy on every shard, the limits divided among the shards';
+
+REVOKE EXECUTE ON FUNCTION jobguard.claim_on_shard(integer, text, text[], interval, integer, text, interval),
+	jobguard.claim_in_turn(text, text[], interval, integer, text, interval, integer),
+	jobguard.claim(text, text[], interval, integer, text, interval, integer),
+	jobguard.shard_count(),
+	jobguard.provider_key(bigint),
+	jobguard.redrive_attempt(bigint),
+	jobguard.claim_unknown_on_shard(integer, text, text[], integer, interval, interval),
+	jobguard.claim_unknown(text, text[], integer, interval, interval, integer),
+	jobguard.set_provider_policy_on_shards(text, interval, integer, numeric),
+	jobguard.set_provider_policy(text, interval, integer, numeric) FROM PUBLIC;

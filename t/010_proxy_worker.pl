@@ -155,6 +155,37 @@ like(proxy_error(q{SELECT * FROM jobguard.finish_many(ARRAY[1], '{}')}), qr/2202
 	'finish_many: unequal arrays are 22023 for the whole call');
 is(proxy(q{SELECT count(*) FROM jobguard.finish_many('{}', '{}')}), 0, 'finish_many: an empty batch');
 
+# ------------------------------------------------------------- liveness (1.2)
+
+# claim's provider key: the one the shard stored for the attempt
+proxy(qq{SELECT count(*) FROM jobguard.submit_many(ARRAY['$o0', '$o1'], ARRAY['r0', 'r1'],
+	ARRAY['mail', 'mail'], ARRAY['{}', '{}']::jsonb[], ARRAY['smtp', 'smtp'])});
+my %claimed = map { split /\|/ } split /\n/,
+	proxy(q{SELECT attempt_id || '|' || provider_key FROM jobguard.claim('w8', operations => '{mail}', timeout => '1 second', max_jobs => 2)});
+is(scalar(keys %claimed), 2, 'claim through the proxy: one attempt per shard, each with its provider key');
+for my $id (sort keys %claimed)
+{
+	is(proxy("SELECT jobguard.provider_key($id)"), $claimed{$id},
+		"provider_key($id) through the proxy is the key claim returned");
+}
+# the policy on every shard, the limits divided among them
+proxy(q{SELECT jobguard.set_provider_policy('smtp', dedupes_for => '1 day', max_in_flight => 5, max_per_second => 10)});
+is(join(' ', map { $shards[$_]->safe_psql("shard$_",
+		q{SELECT dedupes_for || ',' || max_in_flight || ',' || max_per_second FROM jobguard.provider_policies WHERE provider = 'smtp'}) } 0 .. $n - 1),
+	'1 day,2,5 1 day,2,5', 'set_provider_policy: on every shard, the limits divided among them');
+# the attempts go unknown; a reconciler leases them from both shards
+sleep 2;
+my @leased = split /\n/, proxy(q{SELECT attempt_id || ',' || redrivable FROM jobguard.claim_unknown('r', max_rows => 5)});
+is(join(' ', sort @leased), join(' ', map { "$_,true" } sort keys %claimed),
+	'claim_unknown through the proxy leases the unknown attempts of every shard, redrivable');
+is(proxy(q{SELECT count(*) FROM jobguard.claim_unknown('r2', max_rows => 5)}), 0,
+	'claim_unknown: another reconciler gets none while the leases last');
+my ($first) = sort keys %claimed;
+my $redriven = proxy("SELECT jobguard.redrive_attempt($first)");
+ok($redriven =~ /^\d+$/ && $redriven != $first, 'redrive_attempt through the proxy begins a new attempt');
+is(proxy("SELECT jobguard.provider_key($redriven)"), $claimed{$first}, 'the redrive sends the same provider key');
+like(proxy_error("SELECT jobguard.redrive_attempt($first)"), qr/JG006/, 'a second redrive of the same attempt is JG006');
+
 $proxy->stop;
 $_->stop for @shards;
 done_testing();
