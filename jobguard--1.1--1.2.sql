@@ -57,6 +57,152 @@ REVOKE ALL ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) FROM PUBLIC;
 ---------------------------------------------------------------------------
 
 /*
+ * Provider keys (doc/reference.md, "Provider keys").  An attempt's
+ * provider_key is what the worker sends the provider as its idempotency
+ * key: the key of the job's latest earlier attempt against the same
+ * provider, unless that attempt failed, else a new random one (32 hex
+ * characters from a strong random source, made by the library on both
+ * back ends).  tries: the attempts counted toward max_attempts up to and
+ * including this one; a redrive repeats its predecessor's count, since it
+ * is the same request again.  NULL (the attempts of 1.1, a row written by
+ * hand) counts as attempt_no: every attempt counted before redrives.
+ *
+ * The attempts of 1.1 get their keys by the same rule: one key per job,
+ * provider and number of failed attempts against that provider before,
+ * an md5 of those and of a random seed drawn once by this update (so two
+ * databases updated apart never share a key).  1.1 had no redrives: their
+ * tries stay NULL, that is their attempt_no.
+ */
+ALTER TABLE jobguard.attempts ADD COLUMN provider_key text;
+ALTER TABLE jobguard.attempts ADD COLUMN tries integer;
+
+WITH seed AS MATERIALIZED (SELECT pg_catalog.gen_random_uuid()::pg_catalog.text AS s)
+UPDATE jobguard.attempts AS a
+   SET provider_key = pg_catalog.md5(seed.s OPERATOR(pg_catalog.||) ':'
+			OPERATOR(pg_catalog.||) a.job_id::pg_catalog.text OPERATOR(pg_catalog.||) ':'
+			OPERATOR(pg_catalog.||) a.provider::pg_catalog.text OPERATOR(pg_catalog.||) ':'
+			OPERATOR(pg_catalog.||) (SELECT pg_catalog.count(*) FROM jobguard.attempts f
+									  WHERE f.job_id OPERATOR(pg_catalog.=) a.job_id
+										AND f.provider OPERATOR(pg_catalog.=) a.provider
+										AND f.attempt_no OPERATOR(pg_catalog.<) a.attempt_no
+										AND f.state OPERATOR(pg_catalog.=) 'failed')::pg_catalog.text)
+  FROM seed;
+
+-- both back ends write both columns; the default serves a row written by hand
+ALTER TABLE jobguard.attempts ALTER COLUMN provider_key
+	SET DEFAULT pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text, '-', '');
+ALTER TABLE jobguard.attempts ALTER COLUMN provider_key SET NOT NULL;
+ALTER TABLE jobguard.attempts ADD CONSTRAINT attempts_provider_key_format
+	CHECK (provider_key ~ '^[A-Za-z0-9_-]{1,64}$');
+ALTER TABLE jobguard.attempts ADD CONSTRAINT attempts_tries_range
+	CHECK (tries BETWEEN 1 AND attempt_no);
+
+COMMENT ON COLUMN jobguard.attempts.provider_key IS 'the idempotency key the worker sends the provider: the same for a retry, a redrive or a new attempt after a cancel against the same provider';
+COMMENT ON COLUMN jobguard.attempts.tries IS 'attempts counted toward max_attempts up to and including this one (a redrive is not counted again); NULL: attempt_no';
+
+/*
+ * Every job with its derived state: 'failed' when the attempts counted
+ * toward max_attempts (tries) are used up.  Otherwise as in 1.1.
+ */
+CREATE OR REPLACE VIEW jobguard.job_overview WITH (security_barrier) AS
+SELECT j.id AS job_id,
+	   j.owner_id,
+	   j.idempotency_key,
+	   j.operation,
+	   j.provider,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN j.params END AS params,
+	   j.max_attempts,
+	   CASE
+		   WHEN j.completed_by IS NOT NULL THEN 'succeeded'
+		   WHEN j.cancelled_at IS NOT NULL THEN 'cancelled'
+		   WHEN last.state = 'unknown' THEN 'unknown'
+		   WHEN last.state = 'started' THEN 'running'
+		   WHEN j.max_attempts IS NOT NULL
+				AND COALESCE(last.tries, 0) >= j.max_attempts THEN 'failed'
+		   ELSE 'pending'
+	   END AS state,
+	   j.version,
+	   COALESCE(last.attempt_no, 0) AS attempts,
+	   j.completed_by,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN j.result END AS result,
+	   j.created_at,
+	   j.completed_at,
+	   j.cancelled_at,
+	   j.scope,
+	   j.previous_job_id,
+	   j.replaced_at
+  FROM jobguard.jobs j
+  LEFT JOIN LATERAL (
+	   SELECT a.attempt_no, COALESCE(a.tries, a.attempt_no) AS tries,
+			  jobguard.attempt_state(a.state, a.deadline) AS state
+		 FROM jobguard.attempts a
+		WHERE a.job_id = j.id
+		ORDER BY a.attempt_no DESC
+		LIMIT 1) last ON true
+ WHERE jobguard.scope_visible(j.scope);
+
+-- Every attempt with its effective state; provider_key and tries appended.
+CREATE OR REPLACE VIEW jobguard.attempt_overview WITH (security_barrier) AS
+SELECT a.id AS attempt_id,
+	   a.job_id,
+	   a.attempt_no,
+	   a.provider,
+	   jobguard.attempt_state(a.state, a.deadline) AS state,
+	   a.read_version,
+	   a.attempt_key,
+	   a.started_at,
+	   a.deadline,
+	   a.finished_at,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN a.error END AS error,
+	   a.lost_to,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN a.lost_result END AS lost_result,
+	   a.cancelled_at,
+	   a.cancel_reason,
+	   a.worker,
+	   a.provider_key,
+	   a.tries
+  FROM jobguard.attempts a
+  JOIN jobguard.jobs j ON j.id = a.job_id
+ WHERE jobguard.scope_visible(j.scope);
+
+/*
+ * provider_key: the provider key of an attempt the caller may read
+ * (JG009 for any other id, as for every reader).
+ */
+CREATE FUNCTION jobguard.provider_key(attempt_id bigint)
+RETURNS text
+LANGUAGE C STABLE
+AS 'MODULE_PATHNAME', 'jobguard_provider_key';
+
+COMMENT ON FUNCTION jobguard.provider_key(bigint) IS 'the idempotency key to send the provider for an attempt';
+
+REVOKE ALL ON FUNCTION jobguard.provider_key(bigint) FROM PUBLIC;
+
+/*
+ * claim returns, after deadline, the attempt's provider_key and whether
+ * it is a redrive of a stalled attempt (same key, same provider).  The
+ * library builds its rows for the declared result, so a 1.1 database's
+ * seven-column claim keeps working until it is updated.
+ */
+DROP FUNCTION jobguard.claim(text, text[], interval, integer, text, interval);
+
+CREATE FUNCTION jobguard.claim(worker text,
+							   operations text[] DEFAULT NULL,
+							   timeout interval DEFAULT '30 seconds',
+							   max_jobs integer DEFAULT 1,
+							   provider text DEFAULT NULL,
+							   wait interval DEFAULT '0')
+RETURNS TABLE (attempt_id bigint, job_id bigint, attempt_no integer, operation text,
+			   provider text, params jsonb, deadline timestamptz,
+			   provider_key text, redrive boolean)
+AS 'MODULE_PATHNAME', 'jobguard_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval) IS 'begin an attempt on each of up to max_jobs runnable jobs (redrives of stalled attempts first, then oldest first), and return them with their provider keys';
+
+REVOKE ALL ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval) FROM PUBLIC;
+
+/*
  * What an operator knows about a provider (doc/reference.md, "Provider
  * policies").  dedupes_for: the provider honours its idempotency key for
  * at least this long after the key's first use (it makes redrive
@@ -118,6 +264,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
 	EXECUTE format('GRANT SELECT ON jobguard.provider_policies TO %s', NEW.role);
+	EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.provider_key(bigint) TO %s', NEW.role);
 	IF NEW.kind IN ('client', 'operator') THEN
 		EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) TO %s',
 					   NEW.role);
@@ -157,6 +304,8 @@ BEGIN
 		 WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
 				   'jobguard.finish_many(bigint[], jsonb[])'::pg_catalog.regprocedure,
 				   'jobguard.set_provider_policy(text, interval, integer, numeric)'::pg_catalog.regprocedure,
+				   'jobguard.provider_key(bigint)'::pg_catalog.regprocedure,
+				   'jobguard.claim(text, text[], interval, integer, text, interval)'::pg_catalog.regprocedure,
 				   'jobguard.grant_added_routines()'::pg_catalog.regprocedure])
 		   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
 	LOOP
@@ -199,6 +348,13 @@ BEGIN
 	FOR g IN SELECT gr.role, gr.kind FROM jobguard.grants gr
 	LOOP
 		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.provider_policies TO %s', g.role);
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobguard.provider_key(bigint) TO %s', g.role);
+		IF g.kind OPERATOR(pg_catalog.=) ANY ('{client,operator}'::pg_catalog.text[]) THEN
+			-- claim was made again above, without the rights it had
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+									  ' jobguard.claim(text, text[], interval, integer, text, interval) TO %s',
+									  g.role);
+		END IF;
 		IF g.kind OPERATOR(pg_catalog.=) 'operator' THEN
 			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
 									  ' jobguard.set_provider_policy(text, interval, integer, numeric) TO %s',

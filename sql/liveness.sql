@@ -58,6 +58,73 @@ REVOKE EXECUTE ON FUNCTION jobguard.set_provider_policy(text, interval, integer,
 SELECT provider, max_in_flight FROM jobguard.provider_policies WHERE provider = 'opsprov';
 SELECT jobguard.set_provider_policy('opsprov');
 
+---------------------------------------------------------------------------
+-- provider keys
+---------------------------------------------------------------------------
+SELECT job_id AS k1 FROM jobguard.submit('alice', 'key-1', 'charge', '{"n": 1}', 'stripe') \gset
+SELECT job_id AS k2 FROM jobguard.submit('alice', 'key-2', 'charge', '{"n": 2}', 'stripe') \gset
+SELECT jobguard.certify_provider('charge', 'adyen');
+SELECT jobguard.begin_attempt(:k1, NULL, '1 minute') AS a1 \gset
+SELECT jobguard.begin_attempt(:k2, NULL, '1 minute') AS b1 \gset
+-- the format: 32 hex characters; two jobs never share a key
+SELECT jobguard.provider_key(:a1) ~ '^[0-9a-f]{32}$' AS hex32,
+	   jobguard.provider_key(:a1) <> jobguard.provider_key(:b1) AS jobs_differ;
+-- a retry after a cancel against the same provider: the same key
+SELECT jobguard.cancel_attempt(:a1, 'stuck');
+SELECT jobguard.begin_attempt(:k1, NULL, '1 minute') AS a2 \gset
+SELECT jobguard.provider_key(:a2) = jobguard.provider_key(:a1) AS after_cancel_same;
+-- another provider gets its own key
+SELECT jobguard.cancel_attempt(:a2, 'fall back');
+SELECT jobguard.begin_attempt(:k1, 'adyen', '1 minute') AS a3 \gset
+SELECT jobguard.provider_key(:a3) <> jobguard.provider_key(:a1) AS other_provider_differs;
+-- back to the first provider (after an attempt against another): its key again
+SELECT jobguard.cancel_attempt(:a3, 'back');
+SELECT jobguard.begin_attempt(:k1, NULL, '1 minute') AS a4 \gset
+SELECT jobguard.provider_key(:a4) = jobguard.provider_key(:a1) AS back_same;
+-- after a failure: a new key (the provider said no: a new request)
+SELECT jobguard.fail_attempt(:a4, 'declined');
+SELECT jobguard.begin_attempt(:k1, NULL, '1 minute') AS a5 \gset
+SELECT jobguard.provider_key(:a5) <> jobguard.provider_key(:a4) AS after_failed_new;
+-- and the failure of stripe does not touch adyen's key
+SELECT jobguard.cancel_attempt(:a5, 'again');
+SELECT jobguard.begin_attempt(:k1, 'adyen', '1 minute') AS a6 \gset
+SELECT jobguard.provider_key(:a6) = jobguard.provider_key(:a3) AS adyen_same;
+SELECT attempt_no, provider, state,
+	   dense_rank() OVER (ORDER BY min_started) AS key_no, tries
+  FROM (SELECT v.*, min(v.started_at) OVER (PARTITION BY v.provider_key) AS min_started
+		  FROM jobguard.attempt_overview v WHERE v.job_id = :k1) x
+ ORDER BY attempt_no;
+-- claim returns the key after deadline, redrive false for a fresh job
+SELECT job_id AS k3 FROM jobguard.submit('alice', 'key-3', 'claimed', '{}', 'stripe') \gset
+SELECT attempt_id AS c1, provider_key AS c1_key, redrive AS c1_redrive
+  FROM jobguard.claim('w1', ARRAY['claimed']) \gset
+SELECT jobguard.provider_key(:c1) = :'c1_key' AS key_matches, :'c1_redrive' AS redrive;
+SELECT array_agg(attname ORDER BY attnum) AS claim_columns
+  FROM (SELECT unnest(proargnames) AS attname, generate_subscripts(proargnames, 1) AS attnum
+		  FROM pg_proc WHERE oid = 'jobguard.claim(text, text[], interval, integer, text, interval)'::regprocedure) p
+ WHERE attnum > 6;
+-- the CHECK on the format
+SELECT pg_temp.sqlstate_of($$UPDATE jobguard.attempts SET provider_key = 'has space' WHERE id = $$ || :c1);
+SELECT pg_temp.sqlstate_of($$UPDATE jobguard.attempts SET provider_key = repeat('x', 65) WHERE id = $$ || :c1);
+-- provider_key(): readers of the scope; another scope's id is JG009, a job id says so
+SELECT pg_temp.sqlstate_of('SELECT jobguard.provider_key(' || :k1 || ')');
+SELECT pg_temp.sqlstate_of('SELECT jobguard.provider_key(999999)');
+SELECT pg_temp.sqlstate_of('SELECT jobguard.provider_key(NULL)');
+SET ROLE regress_jg_live_other;
+SELECT pg_temp.sqlstate_of('SELECT jobguard.provider_key(' || :a1 || ')');
+RESET ROLE;
+
+---------------------------------------------------------------------------
+-- max_attempts: a redrive does not count (tries), a begin does
+---------------------------------------------------------------------------
+SELECT job_id AS m1 FROM jobguard.submit('alice', 'max-1', 'charge', '{}', 'stripe', 2) \gset
+SELECT jobguard.begin_attempt(:m1, NULL, '1 minute') AS m1a \gset
+SELECT jobguard.cancel_attempt(:m1a, 'x');
+SELECT jobguard.begin_attempt(:m1, NULL, '1 minute') AS m1b \gset
+SELECT jobguard.cancel_attempt(:m1b, 'x');
+SELECT pg_temp.sqlstate_of('SELECT jobguard.begin_attempt(' || :m1 || ', NULL, ''1 minute'')');
+SELECT jobguard.job_state(:m1);
+
 -- clean up the roles (they are cluster-wide)
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 SELECT jobguard.revoke_client(r::regrole)

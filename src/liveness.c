@@ -26,6 +26,7 @@
 #include "store.h"
 
 PG_FUNCTION_INFO_V1(jobguard_set_provider_policy);
+PG_FUNCTION_INFO_V1(jobguard_provider_key);
 
 /*
  * require_operator: the rule of the operators' functions of 1.2: only the
@@ -109,4 +110,28 @@ jobguard_set_provider_policy(PG_FUNCTION_ARGS)
 							  max_per_second, per_second_null);
 	store_finish(&caller);
 	PG_RETURN_VOID();
+}
+
+/*
+ * jobguard.provider_key(attempt_id) -> text
+ *
+ * The idempotency key the worker sends the provider for an attempt, for a
+ * caller that may read the attempt's job; any other id is JG009, as for
+ * every reader (with the DETAIL when it names a job instead).
+ */
+Datum
+jobguard_provider_key(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Oid			userid = GetUserId();
+	char	   *key;
+	char	   *scope;
+
+	store_connect(&caller);
+	if (!store_provider_key(attempt_id, &key, &scope) ||
+		!scopes_allow(userid, SCOPE_READ, scope))
+		report_attempt_not_found(attempt_id, userid, SCOPE_READ);
+	store_finish(&caller);
+	PG_RETURN_DATUM(text_result(key));
 }

@@ -192,6 +192,22 @@ store_set_provider_policy(Datum provider, Datum dedupes_for, bool dedupes_null,
 		sql_run(STMT_SET_PROVIDER_POLICY, values, nulls);
 }
 
+/*
+ * store_provider_key: an attempt's provider key and its job's scope; false
+ * when there is no such attempt.
+ */
+bool
+store_provider_key(int64 attempt_id, char **provider_key, char **scope)
+{
+	Datum		values[1] = {Int64GetDatum(attempt_id)};
+
+	if (sql_run(STMT_PROVIDER_KEY, values, NULL) == 0)
+		return false;
+	*provider_key = sql_column_text(1);
+	*scope = sql_column_text(2);
+	return true;
+}
+
 /* store_certify_provider: certify a provider, or renew its certification. */
 void
 store_certify_provider(Datum operation, Datum provider,

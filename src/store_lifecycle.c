@@ -16,6 +16,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "utils/array.h"
@@ -230,15 +231,22 @@ store_lock_job(int64 job_id, const char *scope, JobRow *job)
 	return true;
 }
 
-/* store_last_attempt: the job's latest attempt; false if it has none. */
+/*
+ * store_last_attempt: the job's latest attempt, with its tries; false if
+ * it has none.
+ */
 bool
 store_last_attempt(int64 job_id, AttemptRow *attempt)
 {
 	Datum		values[1] = {Int64GetDatum(job_id)};
 
+	bool		isnull;
+
 	if (sql_run(STMT_LAST_ATTEMPT, values, NULL) == 0)
 		return false;
 	sql_read_attempt_row(attempt);
+	/* after the attempt row: its tries (1.1: its attempt_no) */
+	attempt->tries = DatumGetInt32(sql_column_value(ATTEMPT_COLUMN_COUNT + 1, &isnull));
 	return true;
 }
 
@@ -254,11 +262,12 @@ store_last_attempt(int64 job_id, AttemptRow *attempt)
 static int64
 sql_begin_attempt(const BeginRequest *req)
 {
-	Datum		values[7] = {Int64GetDatum(req->job_id), req->provider, req->attempt_key,
-		req->timeout, (Datum) 0, req->worker, TimestampTzGetDatum(req->started_at)};
-	char		nulls[7] = {' ', req->provider_null ? 'n' : ' ',
+	Datum		values[8] = {Int64GetDatum(req->job_id), req->provider, req->attempt_key,
+		req->timeout, (Datum) 0, req->worker, TimestampTzGetDatum(req->started_at),
+	provider_key_new()};
+	char		nulls[8] = {' ', req->provider_null ? 'n' : ' ',
 		req->attempt_key_null ? 'n' : ' ', ' ', ' ', req->worker_null ? 'n' : ' ',
-	req->started_at == 0 ? 'n' : ' '};
+	req->started_at == 0 ? 'n' : ' ', ' '};
 	bool		isnull;
 
 	values[4] = scope_datum(req->scope, &nulls[4]);
@@ -507,11 +516,19 @@ store_claim_floor(void)
 	return sql_column_int64(1, &isnull);
 }
 
+/*
+ * The columns of claim()'s rows: those of 1.1, then 1.2's provider_key
+ * and redrive.  A 1.1 database's claim() is declared with the first seven.
+ */
+#define CLAIMED_COLUMNS_1_1 7
+#define CLAIMED_COLUMNS 9
+
 /* One row claim() returns, with the job it is for. */
 typedef struct ClaimedRow
 {
 	int64		job_id;
-	HeapTuple	tuple;
+	Datum		values[CLAIMED_COLUMNS];
+	bool		nulls[CLAIMED_COLUMNS];
 } ClaimedRow;
 
 /* claimed_row_order: qsort order of claimed rows, oldest job first. */
@@ -526,14 +543,20 @@ claimed_row_order(const void *a, const void *b)
 
 /*
  * store_put_claimed: the rows claim() returns for the attempts begun
- * (ids, count of them), oldest job first, into the materialized result.
+ * (ids, count of them; redrives[i]: whether ids[i] is a redrive), oldest
+ * job first, into the materialized result.  The rows are built for the
+ * function's declared result, its first 7 or all 9 columns (a 1.1
+ * database declares 7).
  */
 void
-store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo)
+store_put_claimed(const int64 *ids, const bool *redrives, int count, ReturnSetInfo *rsinfo)
 {
 	ClaimedRow *rows = palloc(sizeof(ClaimedRow) * count);
+	int			natts = rsinfo->setDesc->natts;
 	int			n = 0;
 
+	if (natts != CLAIMED_COLUMNS_1_1 && natts != CLAIMED_COLUMNS)
+		elog(ERROR, "jobguard: claim() declared with %d columns", natts);
 	for (int i = 0; i < count; i++)
 	{
 		Datum		values[1] = {Int64GetDatum(ids[i])};
@@ -542,12 +565,16 @@ store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo)
 		if (sql_run(STMT_CLAIMED, values, NULL) == 0)
 			continue;
 		rows[n].job_id = sql_column_int64(2, &isnull);
-		rows[n].tuple = SPI_tuptable->vals[0];
+		heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+						  rows[n].values, rows[n].nulls);
+		rows[n].values[CLAIMED_COLUMNS - 1] = BoolGetDatum(redrives[i]);
+		rows[n].nulls[CLAIMED_COLUMNS - 1] = false;
 		n++;
 	}
 	qsort(rows, n, sizeof(ClaimedRow), claimed_row_order);
 	for (int i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, rows[i].tuple);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 rows[i].values, rows[i].nulls);
 	pfree(rows);
 }
 

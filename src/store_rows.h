@@ -33,6 +33,9 @@ typedef enum AttemptState
 extern AttemptState attempt_state_from_name(const char *name);
 extern const char *attempt_state_name(AttemptState state);
 extern bool attempt_state_is_open(AttemptState state);
+/* A new provider key: this many random bytes, as hex (attempt_states.c). */
+#define PROVIDER_KEY_BYTES 16
+extern Datum provider_key_new(void);
 extern AttemptState attempt_effective_state(AttemptState stored, TimestampTz deadline,
 											TimestampTz now);
 
@@ -63,6 +66,8 @@ typedef struct AttemptRow
 	TimestampTz deadline;
 	char	   *attempt_key;	/* NULL when the caller gave none */
 	Datum		lost_result;	/* jsonb, valid only when state is lost */
+	int32		tries;			/* counted toward max_attempts (1.1: attempt_no);
+								 * read only by store_last_attempt */
 } AttemptRow;
 
 /* What finish_attempt() needs to know about the attempt's job. */

@@ -23,6 +23,7 @@
 #include "utils/plancache.h"
 #include "utils/resowner.h"
 
+#include "schema_level.h"
 #include "store_sql.h"
 
 #define MAX_STATEMENT_ARGS 8
@@ -41,9 +42,23 @@
 	"  AND COALESCE(" last_no ", 0) OPERATOR(pg_catalog.>=) j.max_attempts THEN 'failed'" \
 	" ELSE 'pending' END"
 
-/* The last attempt of job j, stored state and number (a LATERAL join). */
-#define LAST_ATTEMPT_SQL \
-	" LEFT JOIN LATERAL (SELECT a.attempt_no, a.state FROM jobguard.attempts a" \
+/*
+ * What counts an attempt of alias x toward max_attempts: its tries in 1.2
+ * (a redrive repeats its predecessor's count; NULL, for an attempt of
+ * 1.1 or one inserted by hand, is its attempt_no), attempt_no in a 1.1
+ * database (schema_level.c), where every attempt counted.  The statements that
+ * compare with max_attempts are written once with T and made in both
+ * forms (statements[] and statements_1_1[]).
+ */
+#define TRIES_1_2(x) "COALESCE(" x ".tries, " x ".attempt_no)"
+#define TRIES_1_1(x) x ".attempt_no"
+/* How many attempts of job j count toward max_attempts (PURGEABLE_SQL_E). */
+#define USED_1_2 "pg_catalog.max(COALESCE(f.tries, f.attempt_no))"
+#define USED_1_1 "pg_catalog.count(*)"
+
+/* The last attempt of job j, stored state, number and tries (a LATERAL join). */
+#define LAST_ATTEMPT_SQL_T(T) \
+	" LEFT JOIN LATERAL (SELECT a.attempt_no, a.state, " T("a") " AS tries FROM jobguard.attempts a" \
 	"  WHERE a.job_id OPERATOR(pg_catalog.=) j.id" \
 	"  ORDER BY a.attempt_no DESC LIMIT 1) last ON true"
 
@@ -61,14 +76,14 @@
  * an open attempt is never terminal here, whatever its state: its provider
  * may still report, and that report must find its attempt.
  */
-#define PURGEABLE_SQL \
+#define PURGEABLE_SQL_E(T) \
 	"NOT EXISTS (SELECT 1 FROM jobguard.attempts o" \
 	"  WHERE o.job_id OPERATOR(pg_catalog.=) j.id" \
 	"  AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))" \
 	" AND COALESCE(j.completed_at, j.cancelled_at," \
 	"  (SELECT pg_catalog.max(COALESCE(f.finished_at, f.cancelled_at))" \
 	"     FROM jobguard.attempts f WHERE f.job_id OPERATOR(pg_catalog.=) j.id" \
-	"   HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>=) j.max_attempts))" \
+	"   HAVING " T " OPERATOR(pg_catalog.>=) j.max_attempts))" \
 	"  OPERATOR(pg_catalog.<) $1"
 
 /* One statement: its text, argument types, and the SPI result it must give. */
@@ -102,6 +117,143 @@ SUBMIT_COLUMNS_CHECK()
 StaticAssertDecl(SUBMIT_COLUMN_COUNT == 7 && SUBMIT_SCOPE == 6 && SUBMIT_OPERATION == 2 &&
 				 SUBMIT_PARAMS == 3 && SUBMIT_PROVIDER == 4 && SUBMIT_MAX_ATTEMPTS == 5,
 				 "the submit statements name their parameters by these numbers");
+
+/*
+ * The statements that count attempts toward max_attempts, written once
+ * with T, the counting column (TRIES_1_2 or TRIES_1_1; for the purge
+ * and the replacement, the count: USED_1_2 or USED_1_1).
+ */
+#define CLAIM_CANDIDATES_DEF(T) { \
+		"claim candidates", \
+		"SELECT j.id FROM jobguard.jobs j" \
+		" LEFT JOIN LATERAL (" \
+		"  SELECT l.attempt_no, l.state, " T("l") " AS tries FROM jobguard.attempts l" \
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id" \
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true" \
+		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL" \
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)" \
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))" \
+		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)" \
+		" AND (last.state IS NULL" \
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))" \
+		" AND (j.max_attempts IS NULL" \
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)" \
+		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4" \
+		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])" \
+		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c" \
+		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation" \
+		"     AND c.provider OPERATOR(pg_catalog.=) $4" \
+		"     AND c.revoked_at IS NULL)))" \
+		" AND j.id OPERATOR(pg_catalog.>=) $6" \
+		" ORDER BY j.id" \
+		" LIMIT $5" \
+		" FOR NO KEY UPDATE OF j SKIP LOCKED", \
+		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID}, \
+		SPI_OK_SELECT, false \
+}
+
+#define CLAIM_FLOOR_DEF(T) { \
+		"claim floor", \
+		"SELECT COALESCE((SELECT j.id FROM jobguard.jobs j" \
+		" LEFT JOIN LATERAL (" \
+		"  SELECT l.attempt_no, l.state, " T("l") " AS tries FROM jobguard.attempts l" \
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id" \
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true" \
+		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL" \
+		" AND (last.state IS NULL" \
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))" \
+		" AND (j.max_attempts IS NULL" \
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)" \
+		" ORDER BY j.id LIMIT 1)," \
+		" (SELECT pg_catalog.max(n.id) FROM jobguard.jobs n), 0)", \
+		0, {0}, \
+		SPI_OK_SELECT, false \
+}
+
+#define PURGE_PAGE_DEF(T) { \
+		"purge page", \
+		"WITH page AS (" \
+		"  SELECT c.id, c.created_at FROM jobguard.jobs c" \
+		"   WHERE c.id OPERATOR(pg_catalog.>) $2 ORDER BY c.id LIMIT $3)," \
+		" gone AS (" \
+		"  DELETE FROM jobguard.jobs AS j USING page" \
+		"   WHERE j.id OPERATOR(pg_catalog.=) page.id AND " PURGEABLE_SQL_E(T) \
+		"   AND ($4 IS NULL OR j.operation OPERATOR(pg_catalog.=) $4)" \
+		"  RETURNING j.id, " STORED_JOB_STATE_SQL("'none'", "NULL::integer") " AS closed_as)" \
+		" SELECT (SELECT pg_catalog.max(page.id) FROM page)," \
+		"  (SELECT pg_catalog.count(*) FROM gone)," \
+		"  (SELECT pg_catalog.max(page.created_at) FROM page)," \
+		/* what went, by state, for the gauges: jobs (failed is the rest) */ \
+		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'succeeded')," \
+		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'cancelled')," \
+		/* and their attempts, as {cancelled,succeeded,lost,failed} */ \
+		"  (SELECT pg_catalog.array_agg((SELECT pg_catalog.count(*) FROM jobguard.attempts a" \
+		"     WHERE a.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT gone.id FROM gone))" \
+		"     AND a.state OPERATOR(pg_catalog.=) s.state) ORDER BY s.n)" \
+		"    FROM pg_catalog.unnest('{cancelled,succeeded,lost,failed}'::pg_catalog.text[])" \
+		"     WITH ORDINALITY AS s(state, n))", \
+		4, {TIMESTAMPTZOID, INT8OID, INT4OID, TEXTOID}, \
+		SPI_OK_SELECT, false \
+}
+
+#define STORED_STATE_COUNTS_DEF(T) { \
+		"stored state counts", \
+		"SELECT x.metric, COALESCE(c.n, 0) FROM (" \
+		" SELECT 1 AS kind, s.n AS ord, 'jobs.' OPERATOR(pg_catalog.||) s.state AS metric, s.state" \
+		" FROM pg_catalog.unnest('{pending,running,unknown,succeeded,failed,cancelled}'::pg_catalog.text[])" \
+		"  WITH ORDINALITY AS s(state, n)" \
+		" UNION ALL" \
+		" SELECT 2, s.n, 'attempts.' OPERATOR(pg_catalog.||) s.state, s.state" \
+		" FROM pg_catalog.unnest('{started,unknown,cancelled,succeeded,lost,failed}'::pg_catalog.text[])" \
+		"  WITH ORDINALITY AS s(state, n)) x" \
+		" LEFT JOIN (" \
+		"  SELECT 1 AS kind, " STORED_JOB_STATE_SQL("last.state", "last.tries") " AS state," \
+		"   pg_catalog.count(*) AS n" \
+		"  FROM jobguard.jobs j" LAST_ATTEMPT_SQL_T(T) " GROUP BY 1, 2" \
+		"  UNION ALL" \
+		"  SELECT 2, a.state, pg_catalog.count(*) FROM jobguard.attempts a GROUP BY 1, 2) c" \
+		" ON c.kind OPERATOR(pg_catalog.=) x.kind AND c.state OPERATOR(pg_catalog.=) x.state" \
+		" ORDER BY x.kind, x.ord", \
+		0, {0}, \
+		SPI_OK_SELECT, false, true \
+}
+
+#define STORED_JOB_STATE_DEF(T) { \
+		"stored job state", \
+		"SELECT " STORED_JOB_STATE_SQL("last.state", "last.tries") \
+		" FROM jobguard.jobs j" LAST_ATTEMPT_SQL_T(T) \
+		" WHERE j.id OPERATOR(pg_catalog.=) $1", \
+		1, {INT8OID}, \
+		SPI_OK_SELECT, false \
+}
+
+#define REPLACE_ENDED_JOB_DEF(T) { \
+		"replace ended job", \
+		"UPDATE jobguard.jobs AS j" \
+		" SET replaced_at = pg_catalog.now(), version = j.version OPERATOR(pg_catalog.+) 1" \
+		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.replaced_at IS NULL" \
+		" AND j.completed_by IS NULL" \
+		" AND (j.cancelled_at IS NOT NULL" \
+		"  OR (j.max_attempts IS NOT NULL" \
+		"   AND NOT EXISTS (SELECT 1 FROM jobguard.attempts o" \
+		"    WHERE o.job_id OPERATOR(pg_catalog.=) j.id" \
+		"    AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))" \
+		"   AND (SELECT " T " FROM jobguard.attempts f" \
+		"    WHERE f.job_id OPERATOR(pg_catalog.=) j.id) OPERATOR(pg_catalog.>=) j.max_attempts))" \
+		" RETURNING j.id", \
+		1, {INT8OID}, \
+		SPI_OK_UPDATE_RETURNING, false \
+}
+
+#define LAST_ATTEMPT_DEF(T) { \
+		"last attempt", \
+		"SELECT " ATTEMPT_COLUMNS ", " T("a") \
+		" FROM jobguard.attempts a" \
+		" WHERE a.job_id OPERATOR(pg_catalog.=) $1" \
+		" ORDER BY a.attempt_no DESC LIMIT 1", \
+		1, {INT8OID}, \
+		SPI_OK_SELECT, false \
+}
 
 static const StatementDef statements[STMT_COUNT] = {
 	/*
@@ -178,15 +330,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/* The latest attempt: the only one that can be open. */
-	[STMT_LAST_ATTEMPT] = {
-		"last attempt",
-		"SELECT " ATTEMPT_COLUMNS
-		" FROM jobguard.attempts a"
-		" WHERE a.job_id OPERATOR(pg_catalog.=) $1"
-		" ORDER BY a.attempt_no DESC LIMIT 1",
-		1, {INT8OID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_LAST_ATTEMPT] = LAST_ATTEMPT_DEF(TRIES_1_2),
 	/*
 	 * Begin the job's next attempt in one statement, with the gate in its
 	 * WHERE: the job is open, its latest attempt is not, attempts are left,
@@ -202,14 +346,22 @@ static const StatementDef statements[STMT_COUNT] = {
 		"begin attempt",
 		"INSERT INTO jobguard.attempts AS a"
 		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
-		"  started_at, deadline, worker, timeout)"
+		"  started_at, deadline, worker, timeout, provider_key, tries)"
 		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
 		"  COALESCE($2, j.provider), 'started', j.version, $3,"
 		"  COALESCE($7, pg_catalog.now()),"
-		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4"
+		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4,"
+		/* the provider key: the latest same-provider attempt's, unless it failed */
+		"  COALESCE((SELECT CASE WHEN p.state OPERATOR(pg_catalog.=) 'failed' THEN NULL"
+		"     ELSE p.provider_key END FROM jobguard.attempts p"
+		"    WHERE p.job_id OPERATOR(pg_catalog.=) j.id"
+		"    AND p.provider OPERATOR(pg_catalog.=) COALESCE($2, j.provider::pg_catalog.text)"
+		"    ORDER BY p.attempt_no DESC LIMIT 1), $8),"
+		"  COALESCE(last.tries, 0) OPERATOR(pg_catalog.+) 1"
 		" FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
-		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"  SELECT l.attempt_no, l.state, COALESCE(l.tries, l.attempt_no) AS tries"
+		"   FROM jobguard.attempts l"
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
 		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
 		" WHERE j.id OPERATOR(pg_catalog.=) $1"
@@ -218,7 +370,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" AND (last.state IS NULL"
 		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
 		" AND (j.max_attempts IS NULL"
-		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
 		" AND ($2 IS NULL OR $2 OPERATOR(pg_catalog.=) j.provider"
 		"   OR EXISTS (SELECT 1 FROM jobguard.certifications c"
 		"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
@@ -226,7 +378,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"    AND c.revoked_at IS NULL))"
 		" ON CONFLICT DO NOTHING"
 		" RETURNING a.id",
-		7, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
+		8, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	[STMT_PROVIDER_CERTIFIED] = {
@@ -414,34 +566,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * otherwise read it whole for every job it passes over once it has
 	 * grown; and planning it at every run costs more than running it.
 	 */
-	[STMT_CLAIM_CANDIDATES] = {
-		"claim candidates",
-		"SELECT j.id FROM jobguard.jobs j"
-		" LEFT JOIN LATERAL ("
-		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
-		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
-		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
-		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
-		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
-		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
-		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)"
-		" AND (last.state IS NULL"
-		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
-		" AND (j.max_attempts IS NULL"
-		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
-		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4"
-		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])"
-		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c"
-		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
-		"     AND c.provider OPERATOR(pg_catalog.=) $4"
-		"     AND c.revoked_at IS NULL)))"
-		" AND j.id OPERATOR(pg_catalog.>=) $6"
-		" ORDER BY j.id"
-		" LIMIT $5"
-		" FOR NO KEY UPDATE OF j SKIP LOCKED",
-		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_CLAIM_CANDIDATES] = CLAIM_CANDIDATES_DEF(TRIES_1_2),
 	/*
 	 * What claim() returns for one attempt it began.  One attempt per run,
 	 * by its primary key: a generic plan of "a.id = ANY ($1)" made while
@@ -452,7 +577,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_CLAIMED] = {
 		"claimed",
 		"SELECT a.id, a.job_id, a.attempt_no, j.operation::pg_catalog.text,"
-		" a.provider::pg_catalog.text, j.params, a.deadline"
+		" a.provider::pg_catalog.text, j.params, a.deadline, a.provider_key"
 		" FROM jobguard.attempts a"
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1",
@@ -467,23 +592,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * none, the newest job's id: every job made runnable later lowers the
 	 * floor when it commits.
 	 */
-	[STMT_CLAIM_FLOOR] = {
-		"claim floor",
-		"SELECT COALESCE((SELECT j.id FROM jobguard.jobs j"
-		" LEFT JOIN LATERAL ("
-		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
-		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
-		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
-		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
-		" AND (last.state IS NULL"
-		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
-		" AND (j.max_attempts IS NULL"
-		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
-		" ORDER BY j.id LIMIT 1),"
-		" (SELECT pg_catalog.max(n.id) FROM jobguard.jobs n), 0)",
-		0, {0},
-		SPI_OK_SELECT, false
-	},
+	[STMT_CLAIM_FLOOR] = CLAIM_FLOOR_DEF(TRIES_1_2),
 	[STMT_JOB_STATE] = {
 		"job state",
 		JOB_STATE_SQL,
@@ -599,65 +708,14 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * Returns the page's last id, how many were deleted, and the page's
 	 * newest creation time, which tells the caller when to stop.
 	 */
-	[STMT_PURGE_PAGE] = {
-		"purge page",
-		"WITH page AS ("
-		"  SELECT c.id, c.created_at FROM jobguard.jobs c"
-		"   WHERE c.id OPERATOR(pg_catalog.>) $2 ORDER BY c.id LIMIT $3),"
-		" gone AS ("
-		"  DELETE FROM jobguard.jobs AS j USING page"
-		"   WHERE j.id OPERATOR(pg_catalog.=) page.id AND " PURGEABLE_SQL
-		"   AND ($4 IS NULL OR j.operation OPERATOR(pg_catalog.=) $4)"
-		"  RETURNING j.id, " STORED_JOB_STATE_SQL("'none'", "NULL::integer") " AS closed_as)"
-		" SELECT (SELECT pg_catalog.max(page.id) FROM page),"
-		"  (SELECT pg_catalog.count(*) FROM gone),"
-		"  (SELECT pg_catalog.max(page.created_at) FROM page),"
-		/* what went, by state, for the gauges: jobs (failed is the rest) */
-		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'succeeded'),"
-		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'cancelled'),"
-		/* and their attempts, as {cancelled,succeeded,lost,failed} */
-		"  (SELECT pg_catalog.array_agg((SELECT pg_catalog.count(*) FROM jobguard.attempts a"
-		"     WHERE a.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT gone.id FROM gone))"
-		"     AND a.state OPERATOR(pg_catalog.=) s.state) ORDER BY s.n)"
-		"    FROM pg_catalog.unnest('{cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
-		"     WITH ORDINALITY AS s(state, n))",
-		4, {TIMESTAMPTZOID, INT8OID, INT4OID, TEXTOID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_PURGE_PAGE] = PURGE_PAGE_DEF(USED_1_2),
 	/*
 	 * The same counts from the stored states, in one pass over each table:
 	 * what the gauges of metrics.c are recounted from.
 	 */
-	[STMT_STORED_STATE_COUNTS] = {
-		"stored state counts",
-		"SELECT x.metric, COALESCE(c.n, 0) FROM ("
-		" SELECT 1 AS kind, s.n AS ord, 'jobs.' OPERATOR(pg_catalog.||) s.state AS metric, s.state"
-		" FROM pg_catalog.unnest('{pending,running,unknown,succeeded,failed,cancelled}'::pg_catalog.text[])"
-		"  WITH ORDINALITY AS s(state, n)"
-		" UNION ALL"
-		" SELECT 2, s.n, 'attempts.' OPERATOR(pg_catalog.||) s.state, s.state"
-		" FROM pg_catalog.unnest('{started,unknown,cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
-		"  WITH ORDINALITY AS s(state, n)) x"
-		" LEFT JOIN ("
-		"  SELECT 1 AS kind, " STORED_JOB_STATE_SQL("last.state", "last.attempt_no") " AS state,"
-		"   pg_catalog.count(*) AS n"
-		"  FROM jobguard.jobs j" LAST_ATTEMPT_SQL " GROUP BY 1, 2"
-		"  UNION ALL"
-		"  SELECT 2, a.state, pg_catalog.count(*) FROM jobguard.attempts a GROUP BY 1, 2) c"
-		" ON c.kind OPERATOR(pg_catalog.=) x.kind AND c.state OPERATOR(pg_catalog.=) x.state"
-		" ORDER BY x.kind, x.ord",
-		0, {0},
-		SPI_OK_SELECT, false, true
-	},
+	[STMT_STORED_STATE_COUNTS] = STORED_STATE_COUNTS_DEF(TRIES_1_2),
 	/* One job's state from the stored states, with a fresh snapshot. */
-	[STMT_STORED_JOB_STATE] = {
-		"stored job state",
-		"SELECT " STORED_JOB_STATE_SQL("last.state", "last.attempt_no")
-		" FROM jobguard.jobs j" LAST_ATTEMPT_SQL
-		" WHERE j.id OPERATOR(pg_catalog.=) $1",
-		1, {INT8OID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_STORED_JOB_STATE] = STORED_JOB_STATE_DEF(TRIES_1_2),
 	/* How many jobs and attempts are in each state, zeros included. */
 	[STMT_STATE_COUNTS] = {
 		"state counts",
@@ -702,23 +760,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * of one of its attempts loses.  Under READ COMMITTED a concurrent
 	 * finish that wins first makes this update nothing.
 	 */
-	[STMT_REPLACE_ENDED_JOB] = {
-		"replace ended job",
-		"UPDATE jobguard.jobs AS j"
-		" SET replaced_at = pg_catalog.now(), version = j.version OPERATOR(pg_catalog.+) 1"
-		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.replaced_at IS NULL"
-		" AND j.completed_by IS NULL"
-		" AND (j.cancelled_at IS NOT NULL"
-		"  OR (j.max_attempts IS NOT NULL"
-		"   AND NOT EXISTS (SELECT 1 FROM jobguard.attempts o"
-		"    WHERE o.job_id OPERATOR(pg_catalog.=) j.id"
-		"    AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))"
-		"   AND (SELECT pg_catalog.count(*) FROM jobguard.attempts n"
-		"    WHERE n.job_id OPERATOR(pg_catalog.=) j.id) OPERATOR(pg_catalog.>=) j.max_attempts))"
-		" RETURNING j.id",
-		1, {INT8OID},
-		SPI_OK_UPDATE_RETURNING, false
-	},
+	[STMT_REPLACE_ENDED_JOB] = REPLACE_ENDED_JOB_DEF(USED_1_2),
 	/* The job that follows replaced job $8 under the same key. */
 	[STMT_INSERT_NEXT_JOB] = {
 		"insert next job",
@@ -760,6 +802,15 @@ static const StatementDef statements[STMT_COUNT] = {
 		1, {TEXTOID},
 		SPI_OK_DELETE, false
 	},
+	/* An attempt's provider key and its job's scope (provider_key()). */
+	[STMT_PROVIDER_KEY] = {
+		"provider key",
+		"SELECT a.provider_key, j.scope FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
 	/* Every violated invariant, with its job's scope (see jobguard.invariant_violations() in jobguard--1.0--1.1.sql). */
 	[STMT_INVARIANT_VIOLATIONS] = {
 		"invariant violations",
@@ -778,8 +829,87 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 };
 
-/* Plans prepared in this backend, kept for its lifetime. */
-static SPIPlanPtr prepared_plans[STMT_COUNT];
+/*
+ * The 1.1 forms of the statements that name a 1.2 column, run while the
+ * database still holds 1.1's objects (schema_is_1_2() false): each says
+ * and does exactly what it did in 1.1.  Every other statement is the same
+ * at both levels (sql is NULL here).
+ */
+static const StatementDef statements_1_1[STMT_COUNT] = {
+	[STMT_BEGIN_ATTEMPT] = {
+		"begin attempt",
+		"INSERT INTO jobguard.attempts AS a"
+		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
+		"  started_at, deadline, worker, timeout)"
+		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
+		"  COALESCE($2, j.provider), 'started', j.version, $3,"
+		"  COALESCE($7, pg_catalog.now()),"
+		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4"
+		" FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND ($5 IS NULL OR j.scope OPERATOR(pg_catalog.=) $5)"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($2 IS NULL OR $2 OPERATOR(pg_catalog.=) j.provider"
+		"   OR EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"    AND c.provider OPERATOR(pg_catalog.=) $2"
+		"    AND c.revoked_at IS NULL))"
+		" ON CONFLICT DO NOTHING"
+		" RETURNING a.id",
+		7, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	[STMT_CLAIMED] = {
+		"claimed",
+		"SELECT a.id, a.job_id, a.attempt_no, j.operation::pg_catalog.text,"
+		" a.provider::pg_catalog.text, j.params, a.deadline, NULL::pg_catalog.text"
+		" FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	[STMT_CLAIM_CANDIDATES] = CLAIM_CANDIDATES_DEF(TRIES_1_1),
+	[STMT_CLAIM_FLOOR] = CLAIM_FLOOR_DEF(TRIES_1_1),
+	[STMT_PURGE_PAGE] = PURGE_PAGE_DEF(USED_1_1),
+	[STMT_STORED_STATE_COUNTS] = STORED_STATE_COUNTS_DEF(TRIES_1_1),
+	[STMT_STORED_JOB_STATE] = STORED_JOB_STATE_DEF(TRIES_1_1),
+	[STMT_REPLACE_ENDED_JOB] = REPLACE_ENDED_JOB_DEF(USED_1_1),
+	[STMT_LAST_ATTEMPT] = LAST_ATTEMPT_DEF(TRIES_1_1),
+};
+
+/*
+ * Plans prepared in this backend, kept for its lifetime: [0] of
+ * statements[], [1] of statements_1_1[].
+ */
+static SPIPlanPtr prepared_plans[2][STMT_COUNT];
+
+/*
+ * statement_level: which form of a statement this call runs: 1 (the 1.1
+ * form) when it has one and the database is still on 1.1, else 0.
+ */
+static int
+statement_level(StatementId id)
+{
+	if (statements_1_1[id].sql != NULL && !schema_is_1_2())
+		return 1;
+	return 0;
+}
+
+/* statement_def: the form of a statement at a level. */
+static const StatementDef *
+statement_def(StatementId id, int level)
+{
+	return level == 1 ? &statements_1_1[id] : &statements[id];
+}
 
 /*
  * prepared_plan: the kept plan of a statement, prepared on first use.  The
@@ -787,11 +917,11 @@ static SPIPlanPtr prepared_plans[STMT_COUNT];
  * DROP and CREATE EXTENSION), so it is never prepared twice.
  */
 static SPIPlanPtr
-prepared_plan(StatementId id)
+prepared_plan(StatementId id, int level)
 {
-	if (prepared_plans[id] == NULL)
+	if (prepared_plans[level][id] == NULL)
 	{
-		const StatementDef *def = &statements[id];
+		const StatementDef *def = statement_def(id, level);
 		SPIPlanPtr	plan;
 
 		/*
@@ -808,16 +938,16 @@ prepared_plan(StatementId id)
 				 def->name, SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "jobguard: could not keep statement \"%s\"", def->name);
-		prepared_plans[id] = plan;
+		prepared_plans[level][id] = plan;
 	}
-	return prepared_plans[id];
+	return prepared_plans[level][id];
 }
 
 /*
  * The generation (CachedPlanSource.generation) of the plan that
  * plan_for_index_lookups() made of each statement, 0 before it made one.
  */
-static int	planned_generation[STMT_COUNT];
+static int	planned_generation[2][STMT_COUNT];
 
 /*
  * plan_for_index_lookups: make sure the plan cache holds a plan of the
@@ -843,35 +973,35 @@ static int	planned_generation[STMT_COUNT];
  * plan it did not make and prepares the statement afresh.
  */
 static void
-plan_for_index_lookups(StatementId id)
+plan_for_index_lookups(StatementId id, int level)
 {
 	static const char *const off[] = {"enable_seqscan", "enable_hashjoin",
 	"enable_mergejoin", "jit"};
-	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(prepared_plan(id)));
+	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(prepared_plan(id, level)));
 	CachedPlan *cplan;
 	int			guc_level;
 
 	if (source->gplan != NULL && source->gplan->is_valid)
 	{
-		if (source->is_valid && source->generation == planned_generation[id])
+		if (source->is_valid && source->generation == planned_generation[level][id])
 			return;				/* ours, and still good */
-		if (source->generation != planned_generation[id])
+		if (source->generation != planned_generation[level][id])
 		{
 			/* made in a run, with the session's settings: start afresh */
-			SPI_freeplan(prepared_plans[id]);
-			prepared_plans[id] = NULL;
-			source = linitial(SPI_plan_get_plan_sources(prepared_plan(id)));
+			SPI_freeplan(prepared_plans[level][id]);
+			prepared_plans[level][id] = NULL;
+			source = linitial(SPI_plan_get_plan_sources(prepared_plan(id, level)));
 		}
 	}
 	guc_level = NewGUCNestLevel();
 	for (int i = 0; i < (int) lengthof(off); i++)
 		(void) set_config_option(off[i], "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
-	cplan = SPI_plan_get_cached_plan(prepared_plans[id]);
+	cplan = SPI_plan_get_cached_plan(prepared_plans[level][id]);
 	if (cplan != NULL)
 		ReleaseCachedPlan(cplan, CurrentResourceOwner);
 	AtEOXact_GUC(true, guc_level);
-	planned_generation[id] = source->generation;
+	planned_generation[level][id] = source->generation;
 }
 
 /*
@@ -882,12 +1012,13 @@ plan_for_index_lookups(StatementId id)
 uint64
 sql_run(StatementId id, Datum *values, const char *nulls)
 {
-	const StatementDef *def = &statements[id];
+	int			level = statement_level(id);
+	const StatementDef *def = statement_def(id, level);
 	int			rc;
 
 	if (!def->whole_tables)
-		plan_for_index_lookups(id);
-	rc = SPI_execute_plan(prepared_plan(id), values, nulls, def->read_only, 0);
+		plan_for_index_lookups(id, level);
+	rc = SPI_execute_plan(prepared_plan(id, level), values, nulls, def->read_only, 0);
 	if (rc != def->expected_rc)
 		elog(ERROR, "jobguard: statement \"%s\" returned %s",
 			 def->name, SPI_result_code_string(rc));

@@ -138,7 +138,7 @@ typedef struct ClaimRequest
  * shortfall.
  */
 static int
-claim_once(const ClaimRequest *req, int64 *attempts)
+claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 {
 	int64	   *candidates = palloc(sizeof(int64) * req->max_jobs);
 	int			claimed = 0;
@@ -167,6 +167,7 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 
 			if (attempt_id != 0)
 			{
+				redrives[claimed] = false;
 				attempts[claimed++] = attempt_id;
 				stats_attempts_begun(1);
 			}
@@ -202,6 +203,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 	TimestampTz until;
 	long		sleep_ms = CLAIM_FIRST_SLEEP_MS;
 	int64	   *attempts;
+	bool	   *redrives;
 
 	req.worker = text_arg(fcinfo, 0, "worker", MAX_KEY_CHARS);
 	req.operations_null = PG_ARGISNULL(1);
@@ -235,6 +237,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	attempts = palloc(sizeof(int64) * req.max_jobs);
+	redrives = palloc(sizeof(bool) * req.max_jobs);
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), interval_ms(wait));
 	/* prepared before the first look: work committed meanwhile still wakes */
 	shared = interval_ms(wait) > 0 && claim_wait_prepare();
@@ -243,9 +246,9 @@ jobguard_claim(PG_FUNCTION_ARGS)
 		int			claimed;
 
 		store_connect(&caller);
-		claimed = claim_once(&req, attempts);
+		claimed = claim_once(&req, attempts, redrives);
 		if (claimed > 0)
-			store_put_claimed(attempts, claimed, rsinfo);
+			store_put_claimed(attempts, redrives, claimed, rsinfo);
 		store_finish(&caller);
 		if (claimed > 0 || !wait_for_runnable(until, &sleep_ms, shared))
 			break;
