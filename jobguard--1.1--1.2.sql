@@ -57,6 +57,50 @@ REVOKE ALL ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) FROM PUBLIC;
 ---------------------------------------------------------------------------
 
 /*
+ * What an operator knows about a provider (doc/reference.md, "Provider
+ * policies").  dedupes_for: the provider honours its idempotency key for
+ * at least this long after the key's first use (it makes redrive
+ * possible).  max_in_flight, max_per_second: limits on the attempts
+ * against it.  NULL: no such promise, no limit.  Read by claim, begin and
+ * redrive; written only by set_provider_policy().
+ */
+CREATE TABLE jobguard.provider_policy (
+	provider		text PRIMARY KEY,
+	dedupes_for		interval CHECK (dedupes_for > interval '0'),
+	max_in_flight	integer CHECK (max_in_flight > 0),
+	max_per_second	numeric CHECK (max_per_second > 0),
+	updated_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT provider_policy_provider_length CHECK (pg_catalog.char_length(provider) BETWEEN 1 AND 63)
+);
+
+COMMENT ON TABLE jobguard.provider_policy IS 'per provider: how long it deduplicates by key (dedupes_for), and its limits';
+
+SELECT pg_catalog.pg_extension_config_dump('jobguard.provider_policy', '');
+
+-- The provider policies, for psql.
+CREATE VIEW jobguard.provider_policies AS
+SELECT p.provider, p.dedupes_for, p.max_in_flight, p.max_per_second, p.updated_at
+  FROM jobguard.provider_policy p;
+
+COMMENT ON VIEW jobguard.provider_policies IS 'the policy of each provider that has one: dedupes_for, max_in_flight, max_per_second';
+
+/*
+ * set_provider_policy: set (or replace) a provider's policy; all three
+ * NULL removes it.  Operators only (42501 for others); a value not greater
+ * than zero is 22023 and writes nothing.
+ */
+CREATE FUNCTION jobguard.set_provider_policy(provider text, dedupes_for interval DEFAULT NULL,
+											 max_in_flight integer DEFAULT NULL,
+											 max_per_second numeric DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobguard_set_provider_policy';
+
+COMMENT ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) IS 'set what a provider promises (dedupes_for) and its limits (max_in_flight, max_per_second); operators only';
+
+REVOKE ALL ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) FROM PUBLIC;
+
+/*
  * Provider keys (doc/reference.md, "Provider keys").  An attempt's
  * provider_key is what the worker sends the provider as its idempotency
  * key: the key of the job's latest earlier attempt against the same
@@ -75,6 +119,7 @@ REVOKE ALL ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) FROM PUBLIC;
  */
 ALTER TABLE jobguard.attempts ADD COLUMN provider_key text;
 ALTER TABLE jobguard.attempts ADD COLUMN tries integer;
+ALTER TABLE jobguard.attempts ADD COLUMN unknown_since timestamptz;
 
 WITH seed AS MATERIALIZED (SELECT pg_catalog.gen_random_uuid()::pg_catalog.text AS s)
 UPDATE jobguard.attempts AS a
@@ -98,6 +143,7 @@ ALTER TABLE jobguard.attempts ADD CONSTRAINT attempts_tries_range
 	CHECK (tries BETWEEN 1 AND attempt_no);
 
 COMMENT ON COLUMN jobguard.attempts.provider_key IS 'the idempotency key the worker sends the provider: the same for a retry, a redrive or a new attempt after a cancel against the same provider';
+COMMENT ON COLUMN jobguard.attempts.unknown_since IS 'when the attempt became unknown (mark_unknown, or its deadline when swept); NULL: at its deadline';
 COMMENT ON COLUMN jobguard.attempts.tries IS 'attempts counted toward max_attempts up to and including this one (a redrive is not counted again); NULL: attempt_no';
 
 /*
@@ -160,7 +206,8 @@ SELECT a.id AS attempt_id,
 	   a.cancel_reason,
 	   a.worker,
 	   a.provider_key,
-	   a.tries
+	   a.tries,
+	   a.unknown_since
   FROM jobguard.attempts a
   JOIN jobguard.jobs j ON j.id = a.job_id
  WHERE jobguard.scope_visible(j.scope);
@@ -203,48 +250,83 @@ COMMENT ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interv
 REVOKE ALL ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval) FROM PUBLIC;
 
 /*
- * What an operator knows about a provider (doc/reference.md, "Provider
- * policies").  dedupes_for: the provider honours its idempotency key for
- * at least this long after the key's first use (it makes redrive
- * possible).  max_in_flight, max_per_second: limits on the attempts
- * against it.  NULL: no such promise, no limit.  Read by claim, begin and
- * redrive; written only by set_provider_policy().
+ * redrive_attempt: an unknown attempt re-asked of the same provider under
+ * the same key, while the provider still deduplicates it: in one
+ * transaction the attempt is cancelled ("redriven as attempt <n>") and
+ * attempt n begins.  JG006 with a DETAIL when it is not redrivable; never
+ * waits (55P03 when another transaction holds the job or the attempt).
  */
-CREATE TABLE jobguard.provider_policy (
-	provider		text PRIMARY KEY,
-	dedupes_for		interval CHECK (dedupes_for > interval '0'),
-	max_in_flight	integer CHECK (max_in_flight > 0),
-	max_per_second	numeric CHECK (max_per_second > 0),
-	updated_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
-	CONSTRAINT provider_policy_provider_length CHECK (pg_catalog.char_length(provider) BETWEEN 1 AND 63)
-);
+CREATE FUNCTION jobguard.redrive_attempt(attempt_id bigint)
+RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'jobguard_redrive_attempt';
 
-COMMENT ON TABLE jobguard.provider_policy IS 'per provider: how long it deduplicates by key (dedupes_for), and its limits';
+COMMENT ON FUNCTION jobguard.redrive_attempt(bigint) IS 'cancel an unknown attempt and begin the same request again against the same provider under the same provider key; returns the new attempt id';
 
-SELECT pg_catalog.pg_extension_config_dump('jobguard.provider_policy', '');
-
--- The provider policies, for psql.
-CREATE VIEW jobguard.provider_policies AS
-SELECT p.provider, p.dedupes_for, p.max_in_flight, p.max_per_second, p.updated_at
-  FROM jobguard.provider_policy p;
-
-COMMENT ON VIEW jobguard.provider_policies IS 'the policy of each provider that has one: dedupes_for, max_in_flight, max_per_second';
+REVOKE ALL ON FUNCTION jobguard.redrive_attempt(bigint) FROM PUBLIC;
 
 /*
- * set_provider_policy: set (or replace) a provider's policy; all three
- * NULL removes it.  Operators only (42501 for others); a value not greater
- * than zero is 22023 and writes nothing.
+ * Reconciliation (doc/reference.md, "Reconciliation"): claim_unknown()
+ * leases unknown attempts to reconcilers.  A lease is a row here, not a
+ * column of jobguard.attempts: it changes at every reconciler's pass and
+ * says nothing about the attempt's history, so it stays out of the table
+ * that every begin and finish writes (no new row versions there, nothing
+ * the fast path must know).  No foreign key either (its triggers would
+ * make the fast path step aside): claim_unknown() removes the leases that
+ * ran out a day ago of attempts no longer unknown.  Not dumped: a lease
+ * is worth its seconds, and a restored database starts with none.
  */
-CREATE FUNCTION jobguard.set_provider_policy(provider text, dedupes_for interval DEFAULT NULL,
-											 max_in_flight integer DEFAULT NULL,
-											 max_per_second numeric DEFAULT NULL)
-RETURNS void
-LANGUAGE C VOLATILE
-AS 'MODULE_PATHNAME', 'jobguard_set_provider_policy';
+CREATE TABLE jobguard.reconcile_leases (
+	attempt_id		bigint PRIMARY KEY,
+	worker			jobguard.key_text NOT NULL,
+	leased_until	timestamptz NOT NULL
+);
 
-COMMENT ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) IS 'set what a provider promises (dedupes_for) and its limits (max_in_flight, max_per_second); operators only';
+COMMENT ON TABLE jobguard.reconcile_leases IS 'which reconciler holds an unknown attempt (claim_unknown), and until when';
 
-REVOKE ALL ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) FROM PUBLIC;
+/*
+ * The jobs whose open attempt is unknown, in the scopes the caller may
+ * read: since when, and whether (and until when) claim() or
+ * redrive_attempt() may redrive it.  Jobs not redrivable are "blocked"
+ * (stats(): blocked.jobs, blocked.oldest_seconds).
+ */
+CREATE VIEW jobguard.blocked_jobs WITH (security_barrier) AS
+SELECT j.id AS job_id,
+	   j.scope,
+	   j.operation,
+	   a.provider,
+	   a.id AS attempt_id,
+	   a.provider_key,
+	   COALESCE(a.unknown_since, a.deadline) AS unknown_since,
+	   COALESCE(w.window_end > now(), false) AS redrivable,
+	   w.window_end AS redrivable_until
+  FROM jobguard.jobs j
+  JOIN jobguard.attempts a ON a.job_id = j.id AND a.state IN ('started', 'unknown')
+  LEFT JOIN jobguard.provider_policy p ON p.provider = a.provider
+  LEFT JOIN LATERAL (
+	   SELECT min(f.started_at) + p.dedupes_for
+			  - greatest(p.dedupes_for * 0.01::float8, interval '1 minute') AS window_end
+		 FROM jobguard.attempts f
+		WHERE f.job_id = a.job_id AND f.provider_key = a.provider_key) w ON true
+ WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL
+   AND jobguard.attempt_state(a.state, a.deadline) = 'unknown'
+   AND jobguard.scope_visible(j.scope);
+
+COMMENT ON VIEW jobguard.blocked_jobs IS 'jobs whose open attempt is unknown, with whether and until when they can be redriven';
+
+CREATE FUNCTION jobguard.claim_unknown(worker text, operations text[] DEFAULT NULL,
+									   max_rows integer DEFAULT 1,
+									   older_than interval DEFAULT '0',
+									   lease interval DEFAULT '30 seconds')
+RETURNS TABLE (attempt_id bigint, job_id bigint, operation text, provider text,
+			   provider_key text, params jsonb, unknown_since timestamptz, redrivable boolean)
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'jobguard_claim_unknown';
+
+COMMENT ON FUNCTION jobguard.claim_unknown(text, text[], integer, interval, interval) IS 'lease unknown attempts to a reconciler, longest unknown first: no other reconciler gets them while the lease lasts';
+
+REVOKE ALL ON FUNCTION jobguard.claim_unknown(text, text[], integer, interval, interval) FROM PUBLIC;
+
 
 ---------------------------------------------------------------------------
 -- The rights 1.2's functions add to the grant functions' (1.1's
@@ -263,10 +345,12 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-	EXECUTE format('GRANT SELECT ON jobguard.provider_policies TO %s', NEW.role);
+	EXECUTE format('GRANT SELECT ON jobguard.provider_policies, jobguard.blocked_jobs TO %s', NEW.role);
 	EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.provider_key(bigint) TO %s', NEW.role);
 	IF NEW.kind IN ('client', 'operator') THEN
-		EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) TO %s',
+		EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.finish_many(bigint[], jsonb[]),'
+					   ' jobguard.redrive_attempt(bigint),'
+					   ' jobguard.claim_unknown(text, text[], integer, interval, interval) TO %s',
 					   NEW.role);
 	END IF;
 	IF NEW.kind = 'operator' THEN
@@ -305,6 +389,8 @@ BEGIN
 				   'jobguard.finish_many(bigint[], jsonb[])'::pg_catalog.regprocedure,
 				   'jobguard.set_provider_policy(text, interval, integer, numeric)'::pg_catalog.regprocedure,
 				   'jobguard.provider_key(bigint)'::pg_catalog.regprocedure,
+				   'jobguard.redrive_attempt(bigint)'::pg_catalog.regprocedure,
+				   'jobguard.claim_unknown(text, text[], integer, interval, interval)'::pg_catalog.regprocedure,
 				   'jobguard.claim(text, text[], interval, integer, text, interval)'::pg_catalog.regprocedure,
 				   'jobguard.grant_added_routines()'::pg_catalog.regprocedure])
 		   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
@@ -322,7 +408,9 @@ BEGIN
 		  FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
 		 WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
 				   'jobguard.provider_policy'::pg_catalog.regclass,
-				   'jobguard.provider_policies'::pg_catalog.regclass])
+				   'jobguard.provider_policies'::pg_catalog.regclass,
+				   'jobguard.reconcile_leases'::pg_catalog.regclass,
+				   'jobguard.blocked_jobs'::pg_catalog.regclass])
 		   AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
 	LOOP
 		EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s FROM %s', g.rel, g.grantee);
@@ -347,12 +435,15 @@ BEGIN
 	END LOOP;
 	FOR g IN SELECT gr.role, gr.kind FROM jobguard.grants gr
 	LOOP
-		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.provider_policies TO %s', g.role);
+		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.provider_policies, jobguard.blocked_jobs TO %s',
+								  g.role);
 		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobguard.provider_key(bigint) TO %s', g.role);
 		IF g.kind OPERATOR(pg_catalog.=) ANY ('{client,operator}'::pg_catalog.text[]) THEN
 			-- claim was made again above, without the rights it had
 			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
-									  ' jobguard.claim(text, text[], interval, integer, text, interval) TO %s',
+									  ' jobguard.claim(text, text[], interval, integer, text, interval),'
+									  ' jobguard.redrive_attempt(bigint),'
+									  ' jobguard.claim_unknown(text, text[], integer, interval, interval) TO %s',
 									  g.role);
 		END IF;
 		IF g.kind OPERATOR(pg_catalog.=) 'operator' THEN

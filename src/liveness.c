@@ -21,12 +21,16 @@
 #include "utils/numeric.h"
 
 #include "args.h"
+#include "errcodes.h"
+#include "liveness.h"
+#include "metrics.h"
 #include "schema_level.h"
 #include "security.h"
 #include "store.h"
 
 PG_FUNCTION_INFO_V1(jobguard_set_provider_policy);
 PG_FUNCTION_INFO_V1(jobguard_provider_key);
+PG_FUNCTION_INFO_V1(jobguard_redrive_attempt);
 
 /*
  * require_operator: the rule of the operators' functions of 1.2: only the
@@ -134,4 +138,108 @@ jobguard_provider_key(PG_FUNCTION_ARGS)
 		report_attempt_not_found(attempt_id, userid, SCOPE_READ);
 	store_finish(&caller);
 	PG_RETURN_DATUM(text_result(key));
+}
+
+/*
+ * refuse_redrive: JG006 for an attempt that is not redrivable, with the
+ * DETAIL saying why, unless the redrive comes from claim(), which passes
+ * over such an attempt instead (returns false then).
+ */
+static bool
+refuse_redrive(bool from_claim, int64 attempt_id, const char *detail)
+{
+	if (from_claim)
+		return false;
+	ereport(ERROR,
+			(errcode(ERRCODE_JG_INVALID_TRANSITION),
+			 errmsg("attempt %lld cannot be redriven", (long long) attempt_id),
+			 errdetail_internal("%s", detail)));
+	return false;
+}
+
+/*
+ * redrive: redrive an unknown attempt (doc/reference.md, "Redrive"): in
+ * the caller's transaction, the attempt becomes cancelled with reason
+ * "redriven as attempt <n>" and attempt n begins against the same
+ * provider, with the same provider key and the same tries.  Never waits:
+ * from redrive_attempt() (from_claim false) another transaction holding
+ * the job or the attempt is 55P03 (lock_not_available), and an attempt
+ * that is not redrivable is JG006 (JG003 for a job that has ended, JG009
+ * for an id the caller may not act on); from claim() each of these
+ * returns 0 and the claim passes over it.  worker, timeout: claim's (NULL:
+ * none, and the redriven attempt's own timeout).  Returns the new
+ * attempt's id.
+ */
+int64
+redrive(int64 attempt_id, const char *scope, Oid userid, bool from_claim,
+		Datum worker, bool worker_null, Datum timeout, bool timeout_null,
+		TimestampTz started_at)
+{
+	RedriveRow	row;
+	char		reason[64];
+	int			job_before;
+	int64		new_id;
+
+	if (!store_redrive_read(attempt_id, scope, from_claim, &row))
+	{
+		if (from_claim)
+			return 0;
+		report_attempt_not_found(attempt_id, userid, SCOPE_ACT);
+	}
+	if (row.job_closed)
+	{
+		if (from_claim)
+			return 0;
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_JOB_CLOSED),
+				 errmsg("job %lld is closed: attempt %lld cannot be redriven",
+						(long long) row.job_id, (long long) attempt_id),
+				 errdetail("The job has succeeded or was cancelled.")));
+	}
+	if (row.state != ATTEMPT_UNKNOWN)
+		return refuse_redrive(from_claim, attempt_id,
+							  psprintf("Attempt %lld is %s, not unknown.", (long long) attempt_id,
+									   attempt_state_name(row.state)));
+	if (!row.dedupes)
+		return refuse_redrive(from_claim, attempt_id,
+							  psprintf("Provider \"%s\" does not deduplicate: it has no dedupes_for (jobguard.set_provider_policy).",
+									   row.provider));
+	if (!row.in_window)
+		return refuse_redrive(from_claim, attempt_id,
+							  psprintf("The window of provider \"%s\" for the attempt's key ended at %s.",
+									   row.provider, timestamptz_to_str(row.window_end)));
+
+	/* flow control (max_in_flight, max_per_second) would be asked here */
+	job_before = stats_gauges_kept() ? store_stored_job_gauge(row.job_id) : GAUGE_NONE;
+	snprintf(reason, sizeof(reason), "redriven as attempt %d", row.attempt_no + 1);
+	store_cancel_attempt(attempt_id, CStringGetTextDatum(reason));
+	new_id = store_redrive_begin(attempt_id, worker, worker_null, timeout, timeout_null,
+								 started_at);
+	stats_gauge_move(GAUGE_ATTEMPT(row.stored_state), GAUGE_ATTEMPT(ATTEMPT_CANCELLED), 1);
+	stats_gauge_move(GAUGE_NONE, GAUGE_ATTEMPT(ATTEMPT_STARTED), 1);
+	if (job_before != GAUGE_NONE)
+		stats_gauge_move(job_before, store_stored_job_gauge(row.job_id), 1);
+	stats_count(STAT_REDRIVES);
+	return new_id;
+}
+
+/*
+ * jobguard.redrive_attempt(attempt_id) -> bigint
+ *
+ * An operator's or worker's redrive of one unknown attempt; see redrive().
+ * Returns the new attempt's id.
+ */
+Datum
+jobguard_redrive_attempt(PG_FUNCTION_ARGS)
+{
+	SavedIdentity caller;		/* restored by store_finish() */
+	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
+	Oid			userid = GetUserId();
+	const char *scope = scopes_acting_scope(userid);
+	int64		new_id;
+
+	store_connect(&caller);
+	new_id = redrive(attempt_id, scope, userid, false, (Datum) 0, true, (Datum) 0, true, 0);
+	store_finish(&caller);
+	PG_RETURN_INT64(new_id);
 }

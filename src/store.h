@@ -82,6 +82,17 @@ extern void store_set_provider_policy(Datum provider, Datum dedupes_for, bool de
 									  Datum max_in_flight, bool in_flight_null,
 									  Datum max_per_second, bool per_second_null);
 extern bool store_provider_key(int64 attempt_id, char **provider_key, char **scope);
+extern bool store_redrive_read(int64 attempt_id, const char *scope, bool skip_locked,
+							   RedriveRow *row);
+extern int64 store_redrive_begin(int64 attempt_id, Datum worker, bool worker_null,
+								 Datum timeout, bool timeout_null, TimestampTz started_at);
+extern void store_claim_unknown(const char *scope, Datum worker, Datum operations,
+								bool operations_null, int max_rows, Datum older_than,
+								Datum lease, ReturnSetInfo *rsinfo);
+extern bool store_blocked_counts(int64 *blocked, int64 *oldest_seconds);
+extern int	store_redrive_candidates(const char *scope, Datum operations, bool operations_null,
+									 Datum provider, bool provider_null, int max_rows,
+									 int64 *attempt_ids);
 extern void store_certify_provider(Datum operation, Datum provider,
 								   Datum evidence, bool evidence_null);
 extern bool store_revoke_provider(Datum operation, Datum provider);

@@ -65,7 +65,8 @@
 	X(ATT_WORKER, "worker", TEXTOID) \
 	X(ATT_TIMEOUT, "timeout", INTERVALOID) \
 	X(ATT_PROVIDER_KEY, "provider_key", TEXTOID) \
-	X(ATT_TRIES, "tries", INT4OID)
+	X(ATT_TRIES, "tries", INT4OID) \
+	X(ATT_UNKNOWN_SINCE, "unknown_since", TIMESTAMPTZOID)
 
 /* The columns of jobguard.operations the fast path reads. */
 #define OPERATIONS_COLUMNS(X) \

@@ -22,6 +22,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "schema_level.h"
 #include "store.h"
 #include "store_backend.h"
 #include "store_sql.h"
@@ -576,6 +577,122 @@ store_put_claimed(const int64 *ids, const bool *redrives, int count, ReturnSetIn
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
 							 rows[i].values, rows[i].nulls);
 	pfree(rows);
+}
+
+/*
+ * store_redrive_read: read an attempt for a redrive, locking its job and
+ * itself without waiting (see STMT_REDRIVE_READ): skip_locked false raises
+ * 55P03 when another transaction holds either, true returns false as for
+ * an attempt that does not exist (or not in the scope).
+ */
+bool
+store_redrive_read(int64 attempt_id, const char *scope, bool skip_locked, RedriveRow *row)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	bool		isnull;
+	Datum		end;
+
+	values[0] = Int64GetDatum(attempt_id);
+	values[1] = scope_datum(scope, &nulls[1]);
+	if (sql_run(skip_locked ? STMT_REDRIVE_READ_SKIP : STMT_REDRIVE_READ, values, nulls) == 0)
+		return false;
+	row->job_id = sql_column_int64(1, &isnull);
+	row->attempt_no = DatumGetInt32(sql_column_value(2, &isnull));
+	row->provider = sql_column_text(3);
+	row->stored_state = attempt_state_from_name(sql_column_text(4));
+	row->state = attempt_state_from_name(sql_column_text(5));
+	row->provider_key = sql_column_text(6);
+	row->job_closed = sql_column_bool(7);
+	row->dedupes = sql_column_bool(8);
+	end = sql_column_value(9, &isnull);
+	row->window_end = isnull ? 0 : DatumGetTimestampTz(end);
+	row->in_window = sql_column_bool(10);
+	return true;
+}
+
+/*
+ * store_redrive_begin: the redrive's new attempt after attempt_id (see
+ * STMT_REDRIVE_BEGIN); worker and timeout NULL: none, and the redriven
+ * attempt's own timeout.  started_at 0: now().  Returns its id.
+ */
+int64
+store_redrive_begin(int64 attempt_id, Datum worker, bool worker_null,
+					Datum timeout, bool timeout_null, TimestampTz started_at)
+{
+	Datum		values[4] = {Int64GetDatum(attempt_id), worker, timeout,
+	TimestampTzGetDatum(started_at)};
+	char		nulls[4] = {' ', worker_null ? 'n' : ' ', timeout_null ? 'n' : ' ',
+	started_at == 0 ? 'n' : ' '};
+	bool		isnull;
+
+	if (sql_run(STMT_REDRIVE_BEGIN, values, nulls) != 1)
+		elog(ERROR, "jobguard: redrive of attempt %lld began no attempt", (long long) attempt_id);
+	return sql_column_int64(1, &isnull);
+}
+
+/*
+ * store_redrive_candidates: the attempts claim() may redrive (see
+ * STMT_REDRIVE_CANDIDATES), their jobs locked; returns how many, at most
+ * max_rows, into attempt_ids.
+ */
+int
+store_redrive_candidates(const char *scope, Datum operations, bool operations_null,
+						 Datum provider, bool provider_null, int max_rows,
+						 int64 *attempt_ids)
+{
+	Datum		values[4] = {(Datum) 0, operations, provider, Int32GetDatum(max_rows)};
+	char		nulls[4] = {' ', operations_null ? 'n' : ' ', provider_null ? 'n' : ' ', ' '};
+	uint64		n;
+
+	values[0] = scope_datum(scope, &nulls[0]);
+	n = sql_run(STMT_REDRIVE_CANDIDATES, values, nulls);
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		attempt_ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	return (int) n;
+}
+
+/*
+ * store_claim_unknown: lease unknown attempts to a reconciler and put
+ * their rows into the materialized result (see STMT_CLAIM_UNKNOWN).
+ */
+void
+store_claim_unknown(const char *scope, Datum worker, Datum operations,
+					bool operations_null, int max_rows, Datum older_than,
+					Datum lease, ReturnSetInfo *rsinfo)
+{
+	Datum		values[6] = {(Datum) 0, worker, operations, Int32GetDatum(max_rows),
+	older_than, lease};
+	char		nulls[6] = {' ', ' ', operations_null ? 'n' : ' ', ' ', ' ', ' '};
+	uint64		n;
+
+	values[0] = scope_datum(scope, &nulls[0]);
+	n = sql_run(STMT_CLAIM_UNKNOWN, values, nulls);
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+}
+
+/*
+ * store_blocked_counts: how many jobs are blocked (open attempt unknown,
+ * not redrivable) and for how many seconds the oldest has been; false in
+ * a 1.1 database, which has no such counts.
+ */
+bool
+store_blocked_counts(int64 *blocked, int64 *oldest_seconds)
+{
+	bool		isnull;
+
+	if (!schema_is_1_2())
+		return false;
+	sql_run(STMT_BLOCKED_COUNTS, NULL, NULL);
+	*blocked = sql_column_int64(1, &isnull);
+	*oldest_seconds = sql_column_int64(2, &isnull);
+	return true;
 }
 
 /* The SQL back end of store_backend.h. */

@@ -70,6 +70,21 @@ typedef struct AttemptRow
 								 * read only by store_last_attempt */
 } AttemptRow;
 
+/* What a redrive needs to know about the attempt it redrives. */
+typedef struct RedriveRow
+{
+	int64		job_id;
+	int32		attempt_no;
+	char	   *provider;
+	AttemptState stored_state;
+	AttemptState state;			/* effective */
+	char	   *provider_key;
+	bool		job_closed;		/* succeeded or cancelled */
+	bool		dedupes;		/* its provider has dedupes_for */
+	TimestampTz window_end;		/* valid when dedupes */
+	bool		in_window;		/* now() is before window_end */
+} RedriveRow;
+
 /* What finish_attempt() needs to know about the attempt's job. */
 typedef struct FinishJob
 {

@@ -255,6 +255,58 @@ StaticAssertDecl(SUBMIT_COLUMN_COUNT == 7 && SUBMIT_SCOPE == 6 && SUBMIT_OPERATI
 		SPI_OK_SELECT, false \
 }
 
+/* The sweep; SET_SINCE: 1.2 keeps when each became unknown. */
+#define SWEEP_OVERDUE_DEF(SET_SINCE) { \
+		"sweep overdue", \
+		"WITH swept AS (" \
+		" UPDATE jobguard.attempts AS a SET state = 'unknown'" SET_SINCE \
+		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+		"  SELECT o.id FROM jobguard.attempts o" \
+		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'" \
+		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()" \
+		"   ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED))" \
+		" AND a.state OPERATOR(pg_catalog.=) 'started'" \
+		" RETURNING a.job_id)" \
+		/* how many, and how many of their jobs are open (running -> unknown) */ \
+		" SELECT pg_catalog.count(*)," \
+		"  pg_catalog.count(*) FILTER (WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL)" \
+		" FROM swept JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) swept.job_id", \
+		1, {INT4OID}, \
+		SPI_OK_SELECT, false \
+	 \
+}
+
+/*
+ * When the window for redriving attempt a under its key ends (NULL
+ * without a policy p that deduplicates): the key's first use plus
+ * dedupes_for, less a margin of 1 % of dedupes_for, at least a minute.
+ */
+#define REDRIVE_WINDOW_END_SQL \
+	"((SELECT pg_catalog.min(f.started_at) FROM jobguard.attempts f" \
+	"   WHERE f.job_id OPERATOR(pg_catalog.=) a.job_id" \
+	"   AND f.provider_key OPERATOR(pg_catalog.=) a.provider_key)" \
+	" OPERATOR(pg_catalog.+) p.dedupes_for" \
+	" OPERATOR(pg_catalog.-) GREATEST(p.dedupes_for OPERATOR(pg_catalog.*) 0.01::pg_catalog.float8," \
+	"  '1 minute'::pg_catalog.interval))"
+
+/* The attempt a redrive reads and locks; WAIT: NOWAIT or SKIP LOCKED. */
+#define REDRIVE_READ_DEF(WAIT) { \
+		"redrive read", \
+		"SELECT a.job_id, a.attempt_no, a.provider::pg_catalog.text, a.state," \
+		" jobguard.attempt_state(a.state, a.deadline), a.provider_key," \
+		" j.completed_by IS NOT NULL OR j.cancelled_at IS NOT NULL," \
+		" p.dedupes_for IS NOT NULL, " REDRIVE_WINDOW_END_SQL "," \
+		" " REDRIVE_WINDOW_END_SQL " OPERATOR(pg_catalog.>) pg_catalog.now()" \
+		" FROM jobguard.attempts a" \
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id" \
+		" LEFT JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider" \
+		" WHERE a.id OPERATOR(pg_catalog.=) $1" \
+		" AND ($2 IS NULL OR j.scope OPERATOR(pg_catalog.=) $2)" \
+		" FOR NO KEY UPDATE OF j " WAIT " FOR UPDATE OF a " WAIT, \
+		2, {INT8OID, TEXTOID}, \
+		SPI_OK_SELECT, false \
+}
+
 static const StatementDef statements[STMT_COUNT] = {
 	/*
 	 * The unique constraint decides who creates the job: no look-up first.
@@ -481,9 +533,11 @@ static const StatementDef statements[STMT_COUNT] = {
 		6, {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID, TEXTOID},
 		SPI_OK_UPDATE, false
 	},
+	/* 1.2 keeps when it became unknown (at most its deadline) */
 	[STMT_MARK_UNKNOWN] = {
 		"mark unknown",
-		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		"UPDATE jobguard.attempts AS a SET state = 'unknown',"
+		" unknown_since = LEAST(pg_catalog.now(), a.deadline)"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1",
 		1, {INT8OID},
 		SPI_OK_UPDATE, false
@@ -684,24 +738,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * Overdue started attempts, oldest deadline first, skipping any that a
 	 * finish or cancel holds locked right now.
 	 */
-	[STMT_SWEEP_OVERDUE] = {
-		"sweep overdue",
-		"WITH swept AS ("
-		" UPDATE jobguard.attempts AS a SET state = 'unknown'"
-		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"  SELECT o.id FROM jobguard.attempts o"
-		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'"
-		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()"
-		"   ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED))"
-		" AND a.state OPERATOR(pg_catalog.=) 'started'"
-		" RETURNING a.job_id)"
-		/* how many, and how many of their jobs are open (running -> unknown) */
-		" SELECT pg_catalog.count(*),"
-		"  pg_catalog.count(*) FILTER (WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL)"
-		" FROM swept JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) swept.job_id",
-		1, {INT4OID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF(", unknown_since = a.deadline"),
 	/*
 	 * One page of purge: the next $3 jobs after id $2 in id order, and the
 	 * terminal ones among them deleted (their attempts go with them).
@@ -811,6 +848,144 @@ static const StatementDef statements[STMT_COUNT] = {
 		1, {INT8OID},
 		SPI_OK_SELECT, true
 	},
+	/*
+	 * An attempt for redrive_attempt(), with its job locked against
+	 * begins, finishes and cancels (FOR NO KEY UPDATE, as a begin does)
+	 * and itself locked (FOR UPDATE, as a finish, fail or cancel does),
+	 * without waiting: NOWAIT raises 55P03 when another transaction holds
+	 * either (STMT_REDRIVE_READ), SKIP LOCKED returns no row
+	 * (STMT_REDRIVE_READ_SKIP, claim's).  Only an attempt of a job of
+	 * scope $2 (NULL: any).  The window: the key's first use (the job's
+	 * earliest attempt with this key) plus dedupes_for, less the margin
+	 * (1 % of dedupes_for, at least a minute).
+	 */
+	[STMT_REDRIVE_READ] = REDRIVE_READ_DEF("NOWAIT"),
+	[STMT_REDRIVE_READ_SKIP] = REDRIVE_READ_DEF("SKIP LOCKED"),
+	/*
+	 * The redrive's attempt: the next number, the same provider and
+	 * provider key, the same tries (not counted again), reading the job's
+	 * version now; the timeout given ($3) or the redriven attempt's own.
+	 * Run after the redriven attempt was cancelled, in the same
+	 * transaction, holding both locks.
+	 */
+	[STMT_REDRIVE_BEGIN] = {
+		"redrive begin",
+		"INSERT INTO jobguard.attempts AS n"
+		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
+		"  started_at, deadline, worker, timeout, provider_key, tries)"
+		" SELECT o.job_id, o.attempt_no OPERATOR(pg_catalog.+) 1, o.provider, 'started',"
+		"  j.version, NULL, COALESCE($4, pg_catalog.now()),"
+		"  COALESCE($4, pg_catalog.now()) OPERATOR(pg_catalog.+)"
+		"   COALESCE($3, o.timeout, o.deadline OPERATOR(pg_catalog.-) o.started_at),"
+		"  $2, COALESCE($3, o.timeout, o.deadline OPERATOR(pg_catalog.-) o.started_at),"
+		"  o.provider_key, COALESCE(o.tries, o.attempt_no)"
+		" FROM jobguard.attempts o"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) o.job_id"
+		" WHERE o.id OPERATOR(pg_catalog.=) $1"
+		" RETURNING n.id",
+		4, {INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/*
+	 * The redrives claim() may hand out, oldest job first, at most $4:
+	 * open attempts that are unknown (stored, or started past their
+	 * deadline) and have been for at least their own timeout, whose
+	 * provider deduplicates and whose key's window is still open, of open
+	 * jobs of scope $1 (NULL: any), of an operation in $2 (NULL: any),
+	 * against provider $3 (NULL: any).  The jobs are locked SKIP LOCKED,
+	 * as claim's candidates: two claims never take one redrive, and
+	 * neither waits.
+	 */
+	[STMT_REDRIVE_CANDIDATES] = {
+		"redrive candidates",
+		"SELECT a.id FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider"
+		" WHERE a.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[])"
+		" AND jobguard.attempt_state(a.state, a.deadline) OPERATOR(pg_catalog.=) 'unknown'"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
+		" AND ($3 IS NULL OR a.provider OPERATOR(pg_catalog.=) $3)"
+		" AND p.dedupes_for IS NOT NULL"
+		" AND (COALESCE(a.unknown_since, a.deadline) OPERATOR(pg_catalog.+)"
+		"  COALESCE(a.timeout, a.deadline OPERATOR(pg_catalog.-) a.started_at))"
+		"  OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		" AND " REDRIVE_WINDOW_END_SQL " OPERATOR(pg_catalog.>) pg_catalog.now()"
+		" ORDER BY a.job_id"
+		" LIMIT $4"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED",
+		4, {TEXTOID, TEXTARRAYOID, TEXTOID, INT4OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Unknown attempts for reconciler $2, longest unknown first, at most
+	 * $4, unknown for at least $5, of scope $1 (NULL: any) and operation
+	 * in $3 (NULL: any), without a live lease; each gets a lease of $6.
+	 * The jobs are locked SKIP LOCKED (as claim's): two reconcilers never
+	 * take one at once, and neither waits.  The lease is written only
+	 * where none lives, even one committed after this statement's
+	 * snapshot (ON CONFLICT ... WHERE sees the newest row): only the
+	 * attempts leased here are returned.  Leases that ran out a day ago,
+	 * of attempts no longer unknown, are removed on the way.
+	 */
+	[STMT_CLAIM_UNKNOWN] = {
+		"claim unknown",
+		"WITH c AS ("
+		" SELECT a.id AS attempt_id, a.job_id, j.operation::pg_catalog.text AS operation,"
+		"  a.provider::pg_catalog.text AS provider, a.provider_key, j.params,"
+		"  COALESCE(a.unknown_since, a.deadline) AS unknown_since,"
+		"  COALESCE(" REDRIVE_WINDOW_END_SQL " OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS redrivable"
+		" FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" LEFT JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider"
+		" WHERE a.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[])"
+		" AND jobguard.attempt_state(a.state, a.deadline) OPERATOR(pg_catalog.=) 'unknown'"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($3 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($3))"
+		" AND COALESCE(a.unknown_since, a.deadline) OPERATOR(pg_catalog.<=)"
+		"  (pg_catalog.now() OPERATOR(pg_catalog.-) $5)"
+		" AND NOT EXISTS (SELECT 1 FROM jobguard.reconcile_leases l"
+		"  WHERE l.attempt_id OPERATOR(pg_catalog.=) a.id"
+		"  AND l.leased_until OPERATOR(pg_catalog.>) pg_catalog.now())"
+		" ORDER BY COALESCE(a.unknown_since, a.deadline), a.id"
+		" LIMIT $4"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED),"
+		" leased AS ("
+		" INSERT INTO jobguard.reconcile_leases AS l (attempt_id, worker, leased_until)"
+		" SELECT c.attempt_id, $2, pg_catalog.now() OPERATOR(pg_catalog.+) $6 FROM c"
+		" ON CONFLICT (attempt_id) DO UPDATE"
+		"  SET worker = EXCLUDED.worker, leased_until = EXCLUDED.leased_until"
+		"  WHERE l.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		" RETURNING l.attempt_id),"
+		" gone AS ("
+		" DELETE FROM jobguard.reconcile_leases AS g"
+		" WHERE g.attempt_id OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"  SELECT o.attempt_id FROM jobguard.reconcile_leases o"
+		"  WHERE o.leased_until OPERATOR(pg_catalog.<)"
+		"   (pg_catalog.now() OPERATOR(pg_catalog.-) '1 day'::pg_catalog.interval)"
+		"  AND NOT EXISTS (SELECT 1 FROM jobguard.attempts x"
+		"   WHERE x.id OPERATOR(pg_catalog.=) o.attempt_id"
+		"   AND x.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))"
+		"  LIMIT 100)))"
+		" SELECT c.attempt_id, c.job_id, c.operation, c.provider, c.provider_key, c.params,"
+		"  c.unknown_since, c.redrivable"
+		" FROM c JOIN leased ON leased.attempt_id OPERATOR(pg_catalog.=) c.attempt_id"
+		" ORDER BY c.unknown_since, c.attempt_id",
+		6, {TEXTOID, TEXTOID, TEXTARRAYOID, INT4OID, INTERVALOID, INTERVALOID},
+		SPI_OK_SELECT, false
+	},
+	/* The blocked jobs (unknown, not redrivable): how many, the oldest's age. */
+	[STMT_BLOCKED_COUNTS] = {
+		"blocked counts",
+		"SELECT pg_catalog.count(*),"
+		" COALESCE(pg_catalog.floor(pg_catalog.date_part('epoch',"
+		"  pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(b.unknown_since))), 0)::pg_catalog.int8"
+		" FROM jobguard.blocked_jobs b WHERE NOT b.redrivable",
+		0, {0},
+		SPI_OK_SELECT, false
+	},
 	/* Every violated invariant, with its job's scope (see jobguard.invariant_violations() in jobguard--1.0--1.1.sql). */
 	[STMT_INVARIANT_VIOLATIONS] = {
 		"invariant violations",
@@ -884,6 +1059,14 @@ static const StatementDef statements_1_1[STMT_COUNT] = {
 	[STMT_STORED_JOB_STATE] = STORED_JOB_STATE_DEF(TRIES_1_1),
 	[STMT_REPLACE_ENDED_JOB] = REPLACE_ENDED_JOB_DEF(USED_1_1),
 	[STMT_LAST_ATTEMPT] = LAST_ATTEMPT_DEF(TRIES_1_1),
+	[STMT_MARK_UNKNOWN] = {
+		"mark unknown",
+		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF(""),
 };
 
 /*
