@@ -12,6 +12,8 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
+
 /* The event counters, in the order jobguard.stats() shows them. */
 typedef enum StatCounter
 {
@@ -65,5 +67,7 @@ extern void stats_gauges_settle_prepared(void);
 extern void stats_gauges_begin_recount(int64 *before);
 extern void stats_gauges_end_recount(const int64 *before, const int64 *counted);
 extern int64 stats_gauge_read(Gauge gauge);
+extern void stats_blocked_publish(int64 jobs, TimestampTz oldest);
+extern bool stats_blocked_read(int64 *jobs, TimestampTz *oldest);
 
 #endif							/* JOBGUARD_METRICS_H */

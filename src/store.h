@@ -89,7 +89,7 @@ extern int64 store_redrive_begin(int64 attempt_id, Datum worker, bool worker_nul
 extern void store_claim_unknown(const char *scope, Datum worker, Datum operations,
 								bool operations_null, int max_rows, Datum older_than,
 								Datum lease, ReturnSetInfo *rsinfo);
-extern bool store_blocked_counts(int64 *blocked, int64 *oldest_seconds);
+extern bool store_blocked_counts(int64 *blocked, TimestampTz *oldest);
 extern int	store_redrive_candidates(const char *scope, Datum operations, bool operations_null,
 									 Datum provider, bool provider_null, int max_rows,
 									 int64 *attempt_ids);

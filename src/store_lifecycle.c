@@ -679,19 +679,21 @@ store_claim_unknown(const char *scope, Datum worker, Datum operations,
 
 /*
  * store_blocked_counts: how many jobs are blocked (open attempt unknown,
- * not redrivable) and for how many seconds the oldest has been; false in
+ * not redrivable) and since when the oldest is unknown (0: none); false in
  * a 1.1 database, which has no such counts.
  */
 bool
-store_blocked_counts(int64 *blocked, int64 *oldest_seconds)
+store_blocked_counts(int64 *blocked, TimestampTz *oldest)
 {
 	bool		isnull;
+	Datum		since;
 
 	if (!schema_is_1_2())
 		return false;
 	sql_run(STMT_BLOCKED_COUNTS, NULL, NULL);
 	*blocked = sql_column_int64(1, &isnull);
-	*oldest_seconds = sql_column_int64(2, &isnull);
+	since = sql_column_value(2, &isnull);
+	*oldest = isnull ? 0 : DatumGetTimestampTz(since);
 	return true;
 }
 

@@ -976,12 +976,13 @@ static const StatementDef statements[STMT_COUNT] = {
 		6, {TEXTOID, TEXTOID, TEXTARRAYOID, INT4OID, INTERVALOID, INTERVALOID},
 		SPI_OK_SELECT, false
 	},
-	/* The blocked jobs (unknown, not redrivable): how many, the oldest's age. */
+	/*
+	 * The blocked jobs (unknown, not redrivable): how many, and since when
+	 * the oldest is unknown (NULL: none).
+	 */
 	[STMT_BLOCKED_COUNTS] = {
 		"blocked counts",
-		"SELECT pg_catalog.count(*),"
-		" COALESCE(pg_catalog.floor(pg_catalog.date_part('epoch',"
-		"  pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(b.unknown_since))), 0)::pg_catalog.int8"
+		"SELECT pg_catalog.count(*), pg_catalog.min(b.unknown_since)"
 		" FROM jobguard.blocked_jobs b WHERE NOT b.redrivable",
 		0, {0},
 		SPI_OK_SELECT, false
