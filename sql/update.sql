@@ -152,6 +152,14 @@ SELECT count(DISTINCT provider_key) = count(DISTINCT (job_id, provider_key)) AS 
 SELECT jobguard.cancel_attempt(:keyed_open, 'five');
 SELECT jobguard.begin_attempt(:keyed) AS keyed_next \gset
 SELECT jobguard.provider_key(:keyed_next) = jobguard.provider_key(:keyed_open) AS continues;
+-- the 1.1 client may call 1.2's functions (claim was made again) and read its views
+SELECT has_function_privilege('regress_upd_client', 'jobguard.claim(text, text[], interval, integer, text, interval)', 'EXECUTE') AS claim,
+	   has_function_privilege('regress_upd_client', 'jobguard.redrive_attempt(bigint)', 'EXECUTE') AS redrive,
+	   has_function_privilege('regress_upd_client', 'jobguard.claim_unknown(text, text[], integer, interval, interval)', 'EXECUTE') AS claim_unknown,
+	   has_function_privilege('regress_upd_client', 'jobguard.provider_key(bigint)', 'EXECUTE') AS provider_key,
+	   has_function_privilege('regress_upd_client', 'jobguard.set_provider_policy(text, interval, integer, numeric)', 'EXECUTE') AS set_policy,
+	   has_table_privilege('regress_upd_client', 'jobguard.blocked_jobs', 'SELECT') AS blocked_jobs,
+	   has_table_privilege('regress_upd_client', 'jobguard.provider_policies', 'SELECT') AS policies;
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 SELECT jobguard.revoke_client('regress_upd_client');
 DROP TABLE before_update;
