@@ -142,6 +142,15 @@ ALTER TABLE jobguard.attempts ADD CONSTRAINT attempts_provider_key_format
 ALTER TABLE jobguard.attempts ADD CONSTRAINT attempts_tries_range
 	CHECK (tries BETWEEN 1 AND attempt_no);
 
+/*
+ * The unknown attempts by provider: what claim() looks through for
+ * redrives at every call (only the providers that deduplicate), so that
+ * it never reads the attempts still running.
+ */
+CREATE INDEX attempts_unknown
+	ON jobguard.attempts (provider, deadline)
+	WHERE state = 'unknown';
+
 COMMENT ON COLUMN jobguard.attempts.provider_key IS 'the idempotency key the worker sends the provider: the same for a retry, a redrive or a new attempt after a cancel against the same provider';
 COMMENT ON COLUMN jobguard.attempts.unknown_since IS 'when the attempt became unknown (mark_unknown, or its deadline when swept); NULL: at its deadline';
 COMMENT ON COLUMN jobguard.attempts.tries IS 'attempts counted toward max_attempts up to and including this one (a redrive is not counted again); NULL: attempt_no';

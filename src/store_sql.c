@@ -894,14 +894,25 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * jobs of scope $1 (NULL: any), of an operation in $2 (NULL: any),
 	 * against provider $3 (NULL: any).  The jobs are locked SKIP LOCKED,
 	 * as claim's candidates: two claims never take one redrive, and
-	 * neither waits.
+	 * neither waits.  Every claim runs it: it reads only the unknown
+	 * attempts of providers that deduplicate and the overdue ones not yet
+	 * swept, through partial indexes, never the attempts running.
 	 */
 	[STMT_REDRIVE_CANDIDATES] = {
 		"redrive candidates",
 		"SELECT a.id FROM jobguard.attempts a"
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
 		" JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider"
-		" WHERE a.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[])"
+		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+		/* stored unknown, of the providers that deduplicate (attempts_unknown) */
+		"  SELECT u.id FROM jobguard.provider_policy d"
+		"   JOIN jobguard.attempts u ON u.provider OPERATOR(pg_catalog.=) d.provider"
+		"   AND u.state OPERATOR(pg_catalog.=) 'unknown'"
+		"   WHERE d.dedupes_for IS NOT NULL"
+		/* started past the deadline, not yet swept (attempts_started_deadline) */
+		"  UNION ALL SELECT o.id FROM jobguard.attempts o"
+		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'"
+		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()))"
 		" AND jobguard.attempt_state(a.state, a.deadline) OPERATOR(pg_catalog.=) 'unknown'"
 		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
 		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
