@@ -69,7 +69,7 @@
 /* Where the counters wait from a clean shutdown to the next start. */
 #define STATS_DUMP_FILE PGSTAT_STAT_PERMANENT_DIRECTORY "/jobguard.stat"
 /* The dump file's first word; changed whenever its layout changes. */
-#define STATS_FILE_HEADER 0x4A470102
+#define STATS_FILE_HEADER 0x4A470103
 
 /* The counters of one database. */
 typedef struct DatabaseCounters
@@ -80,6 +80,10 @@ typedef struct DatabaseCounters
 	pg_atomic_uint64 gauges[GAUGE_COUNT];
 	pg_atomic_uint32 gauges_valid;	/* 0 until counted once (or restored) */
 	pg_atomic_uint32 extension_oid; /* the installation the gauges count */
+	/* the blocked jobs as the sweeper last counted them (1.2) */
+	pg_atomic_uint64 blocked_jobs;
+	pg_atomic_uint64 blocked_oldest;	/* TimestampTz; 0: none blocked */
+	pg_atomic_uint32 blocked_valid; /* 0 until the sweeper counted them */
 	/* prepared transactions that moved gauges (SharedCounters.mutex) */
 	int			nprepared;
 	TransactionId prepared[STATS_MAX_PREPARED];
@@ -133,6 +137,8 @@ static const char *const counter_names[STAT_COUNT] = {
 	[STAT_CONTRACT_REJECTIONS] = "finishes.rejected",
 	[STAT_SWEPT] = "sweeper.marked_unknown",
 	[STAT_PURGED] = "purge.jobs_deleted",
+	[STAT_REDRIVES] = "redrives",
+	[STAT_RECONCILED] = "reconciled",
 };
 
 /* The names of the gauges, in Gauge order. */
@@ -306,6 +312,9 @@ stats_shmem_startup(void)
 			pg_atomic_init_u32(&db->gauges_valid, 0);
 			db->nprepared = 0;
 			pg_atomic_init_u32(&db->extension_oid, InvalidOid);
+			pg_atomic_init_u64(&db->blocked_jobs, 0);
+			pg_atomic_init_u64(&db->blocked_oldest, 0);
+			pg_atomic_init_u32(&db->blocked_valid, 0);
 		}
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -684,4 +693,41 @@ stats_attempts_begun(int64 n)
 {
 	stats_gauge_move(GAUGE_NONE, GAUGE_ATTEMPT(ATTEMPT_STARTED), n);
 	stats_gauge_move(GAUGE_JOBS_PENDING, GAUGE_JOBS_RUNNING, n);
+}
+
+/*
+ * stats_blocked_publish: the blocked jobs of this database (an unknown
+ * open attempt that cannot be redriven) as the sweeper just counted them,
+ * and when the oldest became unknown (0: none), for stats() to read
+ * without a table scan.  A no-op without preload.
+ */
+void
+stats_blocked_publish(int64 jobs, TimestampTz oldest)
+{
+	DatabaseCounters *db = database_counters();
+
+	if (db == NULL)
+		return;
+	pg_atomic_write_u64(&db->blocked_jobs, (uint64) jobs);
+	pg_atomic_write_u64(&db->blocked_oldest, (uint64) oldest);
+	pg_write_barrier();
+	pg_atomic_write_u32(&db->blocked_valid, 1);
+}
+
+/*
+ * stats_blocked_read: what stats_blocked_publish() last published; false
+ * without preload or before the sweeper's first count.  (Its two values
+ * may be of two counts a moment apart: a gauge, not a snapshot.)
+ */
+bool
+stats_blocked_read(int64 *jobs, TimestampTz *oldest)
+{
+	DatabaseCounters *db = database_counters();
+
+	if (db == NULL || pg_atomic_read_u32(&db->blocked_valid) == 0)
+		return false;
+	pg_read_barrier();
+	*jobs = (int64) pg_atomic_read_u64(&db->blocked_jobs);
+	*oldest = (TimestampTz) pg_atomic_read_u64(&db->blocked_oldest);
+	return true;
 }

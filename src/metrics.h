@@ -12,6 +12,8 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
+
 /* The event counters, in the order jobguard.stats() shows them. */
 typedef enum StatCounter
 {
@@ -23,10 +25,12 @@ typedef enum StatCounter
 	STAT_CAS_LOSSES,
 	STAT_CONTRACT_REJECTIONS,
 	STAT_SWEPT,
-	STAT_PURGED
+	STAT_PURGED,
+	STAT_REDRIVES,
+	STAT_RECONCILED
 } StatCounter;
 
-#define STAT_COUNT (STAT_PURGED + 1)
+#define STAT_COUNT (STAT_RECONCILED + 1)
 
 /*
  * The state gauges: jobs per state, then attempts per state in AttemptState
@@ -63,5 +67,7 @@ extern void stats_gauges_settle_prepared(void);
 extern void stats_gauges_begin_recount(int64 *before);
 extern void stats_gauges_end_recount(const int64 *before, const int64 *counted);
 extern int64 stats_gauge_read(Gauge gauge);
+extern void stats_blocked_publish(int64 jobs, TimestampTz oldest);
+extern bool stats_blocked_read(int64 *jobs, TimestampTz *oldest);
 
 #endif							/* JOBGUARD_METRICS_H */

@@ -44,6 +44,7 @@
 
 #include "claim_floor.h"
 #include "launcher.h"
+#include "metrics.h"
 #include "store.h"
 #include "sweeper.h"
 
@@ -177,6 +178,30 @@ refresh_claim_floor(MemoryContext round)
 }
 
 /*
+ * count_blocked: count this database's blocked jobs (an unknown open
+ * attempt that cannot be redriven) and publish them for stats(), which
+ * then reads no table (metrics.c).  A 1.1 database has none to count.
+ */
+static void
+count_blocked(MemoryContext round)
+{
+	if (begin_work("jobguard: counting blocked jobs"))
+	{
+		SavedIdentity caller;	/* restored by store_finish() */
+		int64		blocked;
+		TimestampTz oldest;
+		bool		counted;
+
+		store_connect(&caller);
+		counted = store_blocked_counts(&blocked, &oldest);
+		store_finish(&caller);
+		end_work();
+		if (counted)
+			stats_blocked_publish(blocked, oldest);
+	}
+}
+
+/*
  * purge_by_retention: remove each operation's ended jobs older than its
  * key policy's retention, one page of purge_batch_size jobs per
  * transaction, so that no transaction holds a whole purge.  The policies
@@ -233,8 +258,9 @@ typedef struct DutyState
  * the dead entries older than the first claimable job; with very many of
  * those it takes long, so it runs again only after ten times its last
  * duration has passed (at most a tenth of the worker's time), whatever
- * the interval.  purge_due: every jobguard.purge_interval from the end of
- * the last purge, when that is not 0.
+ * the interval.  The count of blocked jobs (reading the open attempts)
+ * runs by the same rule.  purge_due: every jobguard.purge_interval from
+ * the end of the last purge, when that is not 0.
  */
 /* sweep_due: the sweep runs every round. */
 static bool
@@ -271,6 +297,7 @@ typedef struct SweeperDuty
 static const SweeperDuty duties[] = {
 	{"sweep overdue attempts", sweep_due, sweep},
 	{"compute the claim floor", claim_floor_due, refresh_claim_floor},
+	{"count the blocked jobs", claim_floor_due, count_blocked},
 	{"purge by retention", purge_due, purge_by_retention},
 };
 
