@@ -83,7 +83,13 @@ insert_job(const SubmitRequest *req, int64 *job_id)
 	rows_new_row_start(&w);
 	for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
 		rows_set(&w, a[submit_job_column[c]], req->values[c], req->nulls[c]);
-	/* id, version and created_at: the columns' defaults, as in SQL */
+	/* the schedule: run_at into not_before, the priority */
+	if (submit_is_scheduled(req))
+	{
+		rows_set(&w, a[JOB_NOT_BEFORE], req->run_at, !req->has_run_at);
+		rows_set(&w, a[JOB_PRIORITY], Int16GetDatum(req->priority), false);
+	}
+	/* id, version and created_at (and an unset schedule): the defaults, as in SQL */
 	inserted = rows_insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 	if (inserted)
 		*job_id = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
@@ -121,6 +127,10 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 		rows_set(&w, a[JOB_PROVIDER], batch->providers[i], false);
 		rows_set(&w, a[JOB_MAX_ATTEMPTS], batch->max_attempts[i], batch->max_attempts_null[i]);
 		rows_set(&w, a[JOB_SCOPE], scope, false);
+		if (batch->run_ats != NULL)
+			rows_set(&w, a[JOB_NOT_BEFORE], batch->run_ats[i], batch->run_ats_null[i]);
+		if (batch->priorities != NULL)
+			rows_set(&w, a[JOB_PRIORITY], Int16GetDatum(batch->priorities[i]), false);
 		inserted[i] = rows_insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 		if (inserted[i])
 			job_ids[i] = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);

@@ -66,6 +66,10 @@ extern int	store_claim_candidates(const char *scope, Datum operations, bool oper
 								   TimestampTz now, Datum provider, bool provider_null,
 								   int max_jobs, int64 from_id, int64 *ids);
 extern int64 store_claim_floor(void);
+extern void store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
+							 bool priority_null);
+extern void store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null,
+							Datum retried_by);
 extern void store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo);
 
 /* store_admin.c: reads, operations and certifications, upkeep */

@@ -57,7 +57,21 @@ sql_insert_job(const SubmitRequest *req, int64 *job_id)
 	bool		isnull;
 
 	submit_nulls(req, nulls);
-	if (sql_run(STMT_INSERT_JOB, (Datum *) req->values, nulls) == 0)
+	if (submit_is_scheduled(req))
+	{
+		Datum		values[SUBMIT_COLUMN_COUNT + 2];
+		char		nulls_at[SUBMIT_COLUMN_COUNT + 2];
+
+		memcpy(values, req->values, sizeof(req->values));
+		memcpy(nulls_at, nulls, sizeof(nulls));
+		values[SUBMIT_COLUMN_COUNT] = req->run_at;
+		nulls_at[SUBMIT_COLUMN_COUNT] = req->has_run_at ? ' ' : 'n';
+		values[SUBMIT_COLUMN_COUNT + 1] = Int16GetDatum(req->priority);
+		nulls_at[SUBMIT_COLUMN_COUNT + 1] = ' ';
+		if (sql_run(STMT_INSERT_JOB_AT, values, nulls_at) == 0)
+			return false;
+	}
+	else if (sql_run(STMT_INSERT_JOB, (Datum *) req->values, nulls) == 0)
 		return false;
 	*job_id = sql_column_int64(1, &isnull);
 	return true;
@@ -84,9 +98,10 @@ same_text(Datum a, Datum b)
 static void
 sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 {
-	Datum		values[SUBMIT_COLUMN_COUNT + 1];
-	char		nulls[SUBMIT_COLUMN_COUNT + 1];
+	Datum		values[SUBMIT_COLUMN_COUNT + 3];
+	char		nulls[SUBMIT_COLUMN_COUNT + 3];
 	Datum	   *wanted = palloc(sizeof(Datum) * Max(batch->count, 1));
+	bool		scheduled = batch_is_scheduled(batch);
 	uint64		n;
 	int			row = 0;
 
@@ -104,7 +119,15 @@ sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_i
 	values[SUBMIT_COLUMN_COUNT] = PointerGetDatum(construct_array(wanted, batch->count, BOOLOID,
 																  sizeof(bool), true,
 																  TYPALIGN_CHAR));
-	n = sql_run(STMT_INSERT_JOBS, values, nulls);
+	/* a schedule: the 1.2 statement, the run times and priorities beside */
+	if (scheduled)
+	{
+		values[SUBMIT_COLUMN_COUNT + 1] = batch->run_at_array;
+		nulls[SUBMIT_COLUMN_COUNT + 1] = batch->run_at_array == (Datum) 0 ? 'n' : ' ';
+		values[SUBMIT_COLUMN_COUNT + 2] = batch->priority_array;
+		nulls[SUBMIT_COLUMN_COUNT + 2] = batch->priority_array == (Datum) 0 ? 'n' : ' ';
+	}
+	n = sql_run(scheduled ? STMT_INSERT_JOBS_AT : STMT_INSERT_JOBS, values, nulls);
 
 	/*
 	 * RETURNING gives the inserted rows in the order they were inserted,
@@ -187,15 +210,21 @@ store_replace_ended_job(int64 job_id)
 bool
 store_insert_next_job(const SubmitRequest *req, int64 previous_job_id, int64 *job_id)
 {
-	Datum		values[SUBMIT_COLUMN_COUNT + 1];
-	char		nulls[SUBMIT_COLUMN_COUNT + 1];
+	Datum		values[SUBMIT_COLUMN_COUNT + 3];
+	char		nulls[SUBMIT_COLUMN_COUNT + 3];
 	bool		isnull;
 
 	memcpy(values, req->values, sizeof(req->values));
 	values[SUBMIT_COLUMN_COUNT] = Int64GetDatum(previous_job_id);
 	submit_nulls(req, nulls);
 	nulls[SUBMIT_COLUMN_COUNT] = ' ';
-	if (sql_run(STMT_INSERT_NEXT_JOB, values, nulls) == 0)
+	/* the new job takes this request's schedule */
+	values[SUBMIT_COLUMN_COUNT + 1] = req->run_at;
+	nulls[SUBMIT_COLUMN_COUNT + 1] = req->has_run_at ? ' ' : 'n';
+	values[SUBMIT_COLUMN_COUNT + 2] = Int16GetDatum(req->priority);
+	nulls[SUBMIT_COLUMN_COUNT + 2] = ' ';
+	if (sql_run(submit_is_scheduled(req) ? STMT_INSERT_NEXT_JOB_AT : STMT_INSERT_NEXT_JOB,
+				values, nulls) == 0)
 		return false;
 	*job_id = sql_column_int64(1, &isnull);
 	return true;
@@ -561,3 +590,31 @@ const StoreBackend sql_backend = {
 	.read_for_finish = sql_read_for_finish,
 	.claim_and_swap = sql_claim_and_swap,
 };
+
+/*
+ * store_reschedule: a new run time (into not_before) and priority of a job
+ * the caller holds locked; a NULL part is left as it is.
+ */
+void
+store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
+				 bool priority_null)
+{
+	Datum		values[3] = {Int64GetDatum(job_id), run_at, Int16GetDatum(priority)};
+	char		nulls[3] = {' ', run_at_null ? 'n' : ' ', priority_null ? 'n' : ' '};
+
+	sql_run(STMT_RESCHEDULE, values, nulls);
+}
+
+/*
+ * store_retry_job: a failed job the caller holds locked gets extra more
+ * attempts and may run at once; the retry is recorded in job_retries.
+ */
+void
+store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null, Datum retried_by)
+{
+	Datum		values[4] = {Int64GetDatum(job_id), Int32GetDatum(extra), reason, retried_by};
+	char		nulls[4] = {' ', ' ', reason_null ? 'n' : ' ', ' '};
+
+	if (sql_run(STMT_RETRY_JOB, values, nulls) != 1)
+		elog(ERROR, "jobguard: job %lld vanished under its lock", (long long) job_id);
+}

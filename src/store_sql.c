@@ -25,7 +25,7 @@
 
 #include "store_sql.h"
 
-#define MAX_STATEMENT_ARGS 8
+#define MAX_STATEMENT_ARGS 10
 
 /*
  * A job's state from the stored attempt states (a started attempt past its
@@ -395,12 +395,16 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_UPDATE, false
 	},
 	/*
-	 * The runnable jobs claim() may begin, oldest first, at most $5, each
+	 * The runnable jobs claim() may begin, at most $5, in claim order
+	 * (priority, then run time: run_at or a backoff's not_before, else
+	 * creation; then id), each
 	 * locked so that no other claim takes it: SKIP LOCKED passes over the
 	 * jobs a concurrent claim (or finish, or cancel) holds instead of
 	 * waiting for them.  Runnable: not succeeded or cancelled (the partial
-	 * index jobs_claim_order holds just those), no open attempt, attempts
-	 * left, not_before passed ($3), of scope $1 (NULL: any) and of an
+	 * index jobs_run_order holds just those, in claim order: the priorities
+	 * present are walked one index descent each, and in each only the range
+	 * already due is read), no open attempt, attempts
+	 * left, run time passed ($3), of scope $1 (NULL: any) and of an
 	 * operation in $2 (NULL: any), from id $6 on (the claim floor: no job
 	 * with a lower id is claimable; see claim_floor()).  A
 	 * provider $4 runs the jobs that are
@@ -416,15 +420,29 @@ static const StatementDef statements[STMT_COUNT] = {
 	 */
 	[STMT_CLAIM_CANDIDATES] = {
 		"claim candidates",
+		/* the priorities present among the jobs not succeeded or cancelled */
+		"WITH RECURSIVE levels(priority) AS ("
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  ORDER BY p.priority LIMIT 1)"
+		" UNION ALL"
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  AND p.priority OPERATOR(pg_catalog.>) l.priority"
+		"  ORDER BY p.priority LIMIT 1)"
+		" FROM levels l WHERE l.priority IS NOT NULL)"
+		/* in each, the jobs already due, by run time then id */
+		" SELECT c.id FROM levels lv CROSS JOIN LATERAL ("
 		"SELECT j.id FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
 		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
-		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.<=) $3"
 		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
 		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
-		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)"
 		" AND (last.state IS NULL"
 		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
 		" AND (j.max_attempts IS NULL"
@@ -436,9 +454,10 @@ static const StatementDef statements[STMT_COUNT] = {
 		"     AND c.provider OPERATOR(pg_catalog.=) $4"
 		"     AND c.revoked_at IS NULL)))"
 		" AND j.id OPERATOR(pg_catalog.>=) $6"
-		" ORDER BY j.id"
+		" ORDER BY COALESCE(j.not_before, j.created_at), j.id"
 		" LIMIT $5"
-		" FOR NO KEY UPDATE OF j SKIP LOCKED",
+		" FOR NO KEY UPDATE OF j SKIP LOCKED) c"
+		" LIMIT $5",
 		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID},
 		SPI_OK_SELECT, false
 	},
@@ -753,6 +772,80 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  WHERE r.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid)",
 		0, {0},
 		SPI_OK_SELECT, true, true
+	},
+	/*
+	 * A submit with a schedule (run_at $8 into not_before, priority $9):
+	 * STMT_INSERT_JOB with the 1.2 columns.  A submit without one uses the
+	 * statements above, which name no 1.2 column (a 1.1 database).
+	 */
+	[STMT_INSERT_JOB_AT] = {
+		"insert job at",
+		"INSERT INTO jobguard.jobs AS j"
+		" (" SUBMIT_COLUMN_NAMES ", not_before, priority)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8, $9)"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
+		" RETURNING j.id",
+		SUBMIT_COLUMN_COUNT + 2, {SUBMIT_COLUMN_TYPES, TIMESTAMPTZOID, INT2OID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/* STMT_INSERT_JOBS with run_ats $9 and priorities $10 */
+	[STMT_INSERT_JOBS_AT] = {
+		"insert jobs at",
+		"INSERT INTO jobguard.jobs AS j"
+		" (" SUBMIT_COLUMN_NAMES ", not_before, priority)"
+		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7, u.ra, COALESCE(u.pri, 0)"
+		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+		"  pg_catalog.unnest($8), pg_catalog.unnest($9), pg_catalog.unnest($10))"
+		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, wanted, ra, pri, n)"
+		" WHERE u.wanted"
+		" ORDER BY u.n"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
+		" RETURNING j.owner_id::pg_catalog.text, j.idempotency_key::pg_catalog.text, j.id",
+		10, {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
+		INT4ARRAYOID, TEXTOID, BOOLARRAYOID, TIMESTAMPTZARRAYOID, INT2ARRAYOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/* STMT_INSERT_NEXT_JOB with run_at $9 and priority $10 */
+	[STMT_INSERT_NEXT_JOB_AT] = {
+		"insert next job at",
+		"INSERT INTO jobguard.jobs AS j"
+		" (" SUBMIT_COLUMN_NAMES ", previous_job_id, not_before, priority)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8, $9, $10)"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
+		" RETURNING j.id",
+		SUBMIT_COLUMN_COUNT + 3, {SUBMIT_COLUMN_TYPES, INT8OID, TIMESTAMPTZOID, INT2OID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/*
+	 * reschedule(): a new run time $2 (replacing a backoff's not_before)
+	 * and priority $3 of job $1, the caller holding it locked; NULL leaves
+	 * that part as it is.
+	 */
+	[STMT_RESCHEDULE] = {
+		"reschedule",
+		"UPDATE jobguard.jobs AS j"
+		" SET not_before = COALESCE($2, j.not_before), priority = COALESCE($3, j.priority)"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		3, {INT8OID, TIMESTAMPTZOID, INT2OID},
+		SPI_OK_UPDATE, false
+	},
+	/*
+	 * retry_job(): failed job $1 (locked by the caller) gets $2 more
+	 * attempts and may run at once; the retry is recorded with its reason
+	 * $3 and the role $4 that asked.
+	 */
+	[STMT_RETRY_JOB] = {
+		"retry job",
+		"WITH u AS (UPDATE jobguard.jobs AS j"
+		"  SET max_attempts = j.max_attempts OPERATOR(pg_catalog.+) $2, not_before = NULL"
+		"  WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.max_attempts IS NOT NULL"
+		"  RETURNING j.id, j.max_attempts OPERATOR(pg_catalog.-) $2 AS before)"
+		" INSERT INTO jobguard.job_retries"
+		" (job_id, extra_attempts, max_attempts_before, reason, retried_by)"
+		" SELECT u.id, $2, u.before, $3, $4::pg_catalog.name FROM u",
+		4, {INT8OID, INT4OID, TEXTOID, TEXTOID},
+		SPI_OK_INSERT, false
 	},
 };
 
