@@ -79,23 +79,13 @@ CREATE INDEX jobs_run_order
 COMMENT ON INDEX jobguard.jobs_run_order IS 'jobs not yet succeeded or cancelled, in claim order: priority, run time, id';
 
 /*
- * What an operator's retry_job gave a failed job, and why: kept with the
- * job (and purged with it).
+ * What operators' retry_job gave a failed job, and why: one element per
+ * retry ({"at", "by", "extra_attempts", "max_attempts_before", "reason"}),
+ * kept on the job (and purged with it); NULL until the first.
  */
-CREATE TABLE jobguard.job_retries (
-	job_id bigint NOT NULL REFERENCES jobguard.jobs (id) ON DELETE CASCADE,
-	retried_at timestamptz NOT NULL DEFAULT now(),
-	extra_attempts integer NOT NULL CHECK (extra_attempts > 0),
-	max_attempts_before integer NOT NULL,
-	reason text,
-	retried_by name NOT NULL DEFAULT session_user
-);
+ALTER TABLE jobguard.jobs ADD COLUMN retries jsonb;
 
-CREATE INDEX job_retries_job ON jobguard.job_retries (job_id);
-
-COMMENT ON TABLE jobguard.job_retries IS 'every retry_job: which failed job was given more attempts, when, by whom and why';
-
-SELECT pg_catalog.pg_extension_config_dump('jobguard.job_retries', '');
+COMMENT ON COLUMN jobguard.jobs.retries IS 'retry_job''s record: when, by whom, how many attempts added, and why';
 
 /*
  * submit and submit_many take run_at and priority.  The new arguments
@@ -158,7 +148,7 @@ RETURNS void
 AS 'MODULE_PATHNAME', 'jobguard_retry_job'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
-COMMENT ON FUNCTION jobguard.retry_job(bigint, integer, text) IS 'operators: give a failed job more attempts; it is pending again under the same id and key (recorded in jobguard.job_retries)';
+COMMENT ON FUNCTION jobguard.retry_job(bigint, integer, text) IS 'operators: give a failed job more attempts; it is pending again under the same id and key (recorded in jobs.retries)';
 
 REVOKE ALL ON FUNCTION jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer),
 	jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[], timestamptz[], integer[]),

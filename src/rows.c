@@ -56,6 +56,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/jsonb.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -141,6 +142,29 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 }
 
 /*
+ * requested_max_attempts: the max_attempts a job was submitted with.
+ * retry_job raises the stored one, and records in retries (a jsonb array)
+ * each raise's max_attempts_before: the first is the request's, which a
+ * replay is compared with (as STMT_MATCH_JOB does).
+ */
+static int32
+requested_max_attempts(Datum retries, int32 stored)
+{
+	Jsonb	   *jb = DatumGetJsonbP(retries);
+	JsonbValue *first;
+	JsonbValue	field;
+
+	if (!JB_ROOT_IS_ARRAY(jb) ||
+		(first = getIthJsonbValueFromContainer(&jb->root, 0)) == NULL ||
+		first->type != jbvBinary ||
+		getKeyJsonValueFromContainer(first->val.binary.data, "max_attempts_before",
+									 strlen("max_attempts_before"), &field) == NULL ||
+		field.type != jbvNumeric)
+		return stored;
+	return DatumGetInt32(DirectFunctionCall1(numeric_int4, NumericGetDatum(field.val.numeric)));
+}
+
+/*
  * match_job: store_match_job() without SQL: the job for the key,
  * compared with the request column by column with the types' equality.
  */
@@ -175,6 +199,15 @@ match_job(const SubmitRequest *req, SubmitMatch *match)
 																	rows_col(slot, a[JOB_PROVIDER], &isnull),
 																	req->values[SUBMIT_PROVIDER]));
 		stored_max = rows_col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
+		if (!isnull)
+		{
+			bool		no_retries;
+			Datum		retries = rows_col(slot, a[JOB_RETRIES], &no_retries);
+
+			if (!no_retries)
+				stored_max = Int32GetDatum(requested_max_attempts(retries,
+																  DatumGetInt32(stored_max)));
+		}
 		match->same_max_attempts = isnull ? req->nulls[SUBMIT_MAX_ATTEMPTS] :
 			(!req->nulls[SUBMIT_MAX_ATTEMPTS] &&
 			 DatumGetInt32(stored_max) == DatumGetInt32(req->values[SUBMIT_MAX_ATTEMPTS]));

@@ -91,7 +91,7 @@ jobguard_reschedule(PG_FUNCTION_ARGS)
  * Operators only.  A failed job (its max_attempts used up, no attempt
  * open) gets extra_attempts more and becomes pending under the same id and
  * key, runnable at once; the retry, its reason and the role that asked go
- * to jobguard.job_retries.  Any other state: JG006.
+ * to the job's retries column.  Any other state: JG006.
  */
 Datum
 jobguard_retry_job(PG_FUNCTION_ARGS)

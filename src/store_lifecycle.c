@@ -607,7 +607,7 @@ store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
 
 /*
  * store_retry_job: a failed job the caller holds locked gets extra more
- * attempts and may run at once; the retry is recorded in job_retries.
+ * attempts and may run at once; the retry is recorded in its retries.
  */
 void
 store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null, Datum retried_by)

@@ -81,6 +81,9 @@ typedef struct StatementDef
 	int			expected_rc;
 	bool		read_only;		/* run with the caller's snapshot */
 	bool		whole_tables;	/* reads whole tables: no index-only planning */
+	bool		index_order;	/* also planned without sorts or bitmap scans:
+								 * read in an index's order, cut short by its
+								 * LIMIT */
 } StatementDef;
 
 /* The columns every attempt query returns (ATTEMPT_ROW_COLUMNS, store_sql.h). */
@@ -150,7 +153,10 @@ static const StatementDef statements[STMT_COUNT] = {
 		" j.operation OPERATOR(pg_catalog.=) $3,"
 		" j.params OPERATOR(pg_catalog.=) $4,"
 		" j.provider OPERATOR(pg_catalog.=) $5,"
-		" COALESCE(j.max_attempts OPERATOR(pg_catalog.=) $6,"
+		/* as submitted: retry_job raises it, recording the request's first */
+		" COALESCE(COALESCE((j.retries OPERATOR(pg_catalog.->) 0"
+		"   OPERATOR(pg_catalog.->>) 'max_attempts_before')::pg_catalog.int4,"
+		"   j.max_attempts) OPERATOR(pg_catalog.=) $6,"
 		"          j.max_attempts IS NULL AND $6 IS NULL)"
 		" FROM jobguard.jobs j"
 		" WHERE j.scope OPERATOR(pg_catalog.=) $7"
@@ -453,13 +459,14 @@ static const StatementDef statements[STMT_COUNT] = {
 		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
 		"     AND c.provider OPERATOR(pg_catalog.=) $4"
 		"     AND c.revoked_at IS NULL)))"
-		" AND j.id OPERATOR(pg_catalog.>=) $6"
+		/* the floor, as a filter: an index condition on id would plan jobs_claim_order */
+		" AND (j.id OPERATOR(pg_catalog.+) 0) OPERATOR(pg_catalog.>=) $6"
 		" ORDER BY COALESCE(j.not_before, j.created_at), j.id"
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED) c"
 		" LIMIT $5",
 		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID},
-		SPI_OK_SELECT, false
+		SPI_OK_SELECT, false, false, true
 	},
 	/*
 	 * What claim() returns for one attempt it began.  One attempt per run,
@@ -832,20 +839,20 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 	/*
 	 * retry_job(): failed job $1 (locked by the caller) gets $2 more
-	 * attempts and may run at once; the retry is recorded with its reason
-	 * $3 and the role $4 that asked.
+	 * attempts and may run at once; the retry is recorded in its retries,
+	 * with the reason $3 and the role $4 that asked.
 	 */
 	[STMT_RETRY_JOB] = {
 		"retry job",
-		"WITH u AS (UPDATE jobguard.jobs AS j"
-		"  SET max_attempts = j.max_attempts OPERATOR(pg_catalog.+) $2, not_before = NULL"
-		"  WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.max_attempts IS NOT NULL"
-		"  RETURNING j.id, j.max_attempts OPERATOR(pg_catalog.-) $2 AS before)"
-		" INSERT INTO jobguard.job_retries"
-		" (job_id, extra_attempts, max_attempts_before, reason, retried_by)"
-		" SELECT u.id, $2, u.before, $3, $4::pg_catalog.name FROM u",
+		"UPDATE jobguard.jobs AS j"
+		" SET max_attempts = j.max_attempts OPERATOR(pg_catalog.+) $2, not_before = NULL,"
+		" retries = COALESCE(j.retries, '[]'::pg_catalog.jsonb) OPERATOR(pg_catalog.||)"
+		"  pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object("
+		"   'at', pg_catalog.now(), 'by', $4, 'extra_attempts', $2,"
+		"   'max_attempts_before', j.max_attempts, 'reason', $3))"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.max_attempts IS NOT NULL",
 		4, {INT8OID, INT4OID, TEXTOID, TEXTOID},
-		SPI_OK_INSERT, false
+		SPI_OK_UPDATE, false
 	},
 };
 
@@ -918,6 +925,7 @@ plan_for_index_lookups(StatementId id)
 {
 	static const char *const off[] = {"enable_seqscan", "enable_hashjoin",
 	"enable_mergejoin", "jit"};
+	static const char *const unordered[] = {"enable_sort", "enable_bitmapscan"};
 	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(prepared_plan(id)));
 	CachedPlan *cplan;
 	int			guc_level;
@@ -938,6 +946,15 @@ plan_for_index_lookups(StatementId id)
 	for (int i = 0; i < (int) lengthof(off); i++)
 		(void) set_config_option(off[i], "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
+	/*
+	 * A statement taking the first rows in an index's order: a generic
+	 * plan's estimates (few rows pass the filters) would sort a bitmap
+	 * scan's rows instead, reading every runnable job for one.
+	 */
+	if (statements[id].index_order)
+		for (int i = 0; i < (int) lengthof(unordered); i++)
+			(void) set_config_option(unordered[i], "off", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
 	cplan = SPI_plan_get_cached_plan(prepared_plans[id]);
 	if (cplan != NULL)
 		ReleaseCachedPlan(cplan, CurrentResourceOwner);
