@@ -53,6 +53,54 @@ COMMENT ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) IS 'report many resu
 REVOKE ALL ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) FROM PUBLIC;
 
 ---------------------------------------------------------------------------
+-- Liveness: provider keys, provider policies, redrive, reconciliation
+---------------------------------------------------------------------------
+
+/*
+ * What an operator knows about a provider (doc/reference.md, "Provider
+ * policies").  dedupes_for: the provider honours its idempotency key for
+ * at least this long after the key's first use (it makes redrive
+ * possible).  max_in_flight, max_per_second: limits on the attempts
+ * against it.  NULL: no such promise, no limit.  Read by claim, begin and
+ * redrive; written only by set_provider_policy().
+ */
+CREATE TABLE jobguard.provider_policy (
+	provider		text PRIMARY KEY,
+	dedupes_for		interval CHECK (dedupes_for > interval '0'),
+	max_in_flight	integer CHECK (max_in_flight > 0),
+	max_per_second	numeric CHECK (max_per_second > 0),
+	updated_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT provider_policy_provider_length CHECK (pg_catalog.char_length(provider) BETWEEN 1 AND 63)
+);
+
+COMMENT ON TABLE jobguard.provider_policy IS 'per provider: how long it deduplicates by key (dedupes_for), and its limits';
+
+SELECT pg_catalog.pg_extension_config_dump('jobguard.provider_policy', '');
+
+-- The provider policies, for psql.
+CREATE VIEW jobguard.provider_policies AS
+SELECT p.provider, p.dedupes_for, p.max_in_flight, p.max_per_second, p.updated_at
+  FROM jobguard.provider_policy p;
+
+COMMENT ON VIEW jobguard.provider_policies IS 'the policy of each provider that has one: dedupes_for, max_in_flight, max_per_second';
+
+/*
+ * set_provider_policy: set (or replace) a provider's policy; all three
+ * NULL removes it.  Operators only (42501 for others); a value not greater
+ * than zero is 22023 and writes nothing.
+ */
+CREATE FUNCTION jobguard.set_provider_policy(provider text, dedupes_for interval DEFAULT NULL,
+											 max_in_flight integer DEFAULT NULL,
+											 max_per_second numeric DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobguard_set_provider_policy';
+
+COMMENT ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) IS 'set what a provider promises (dedupes_for) and its limits (max_in_flight, max_per_second); operators only';
+
+REVOKE ALL ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) FROM PUBLIC;
+
+---------------------------------------------------------------------------
 -- Flow control: scheduling, priority, limits, retry_job
 ---------------------------------------------------------------------------
 
@@ -281,8 +329,14 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+	EXECUTE format('GRANT SELECT ON jobguard.provider_policies TO %s', NEW.role);
 	IF NEW.kind IN ('client', 'operator') THEN
 		EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) TO %s',
+					   NEW.role);
+	END IF;
+	IF NEW.kind = 'operator' THEN
+		EXECUTE format('GRANT EXECUTE ON FUNCTION'
+					   ' jobguard.set_provider_policy(text, interval, integer, numeric) TO %s',
 					   NEW.role);
 	END IF;
 	RETURN NULL;
@@ -314,6 +368,7 @@ BEGIN
 		  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
 		 WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
 				   'jobguard.finish_many(bigint[], jsonb[])'::pg_catalog.regprocedure,
+				   'jobguard.set_provider_policy(text, interval, integer, numeric)'::pg_catalog.regprocedure,
 				   'jobguard.grant_added_routines()'::pg_catalog.regprocedure,
 				   -- flow control
 				   'jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer)'::pg_catalog.regprocedure,
@@ -324,6 +379,22 @@ BEGIN
 		   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
 	LOOP
 		EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM %s', g.routine, g.grantee);
+		IF g.grantee <> 'PUBLIC' AND NOT g.grantee = ANY (taken) THEN
+			taken := taken || g.grantee;
+		END IF;
+	END LOOP;
+	-- and the tables and views of this script
+	FOR g IN
+		SELECT c.oid::pg_catalog.regclass AS rel,
+			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END AS grantee
+		  FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+		 WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				   'jobguard.provider_policy'::pg_catalog.regclass,
+				   'jobguard.provider_policies'::pg_catalog.regclass])
+		   AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s FROM %s', g.rel, g.grantee);
 		IF g.grantee <> 'PUBLIC' AND NOT g.grantee = ANY (taken) THEN
 			taken := taken || g.grantee;
 		END IF;
@@ -342,6 +413,15 @@ BEGIN
 	LOOP
 		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) TO %s',
 								  g.role);
+	END LOOP;
+	FOR g IN SELECT gr.role, gr.kind FROM jobguard.grants gr
+	LOOP
+		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.provider_policies TO %s', g.role);
+		IF g.kind OPERATOR(pg_catalog.=) 'operator' THEN
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+									  ' jobguard.set_provider_policy(text, interval, integer, numeric) TO %s',
+									  g.role);
+		END IF;
 	END LOOP;
 END
 $$;

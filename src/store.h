@@ -81,6 +81,9 @@ extern void store_id_scopes(int64 id, char **job_scope, char **attempt_scope);
 extern void store_define_operation(Datum operation, Datum contract,
 								   Datum retry_backoff, bool retry_backoff_null,
 								   Datum retry_backoff_max, bool retry_backoff_max_null);
+extern void store_set_provider_policy(Datum provider, Datum dedupes_for, bool dedupes_null,
+									  Datum max_in_flight, bool in_flight_null,
+									  Datum max_per_second, bool per_second_null);
 extern void store_certify_provider(Datum operation, Datum provider,
 								   Datum evidence, bool evidence_null);
 extern bool store_revoke_provider(Datum operation, Datum provider);

@@ -764,6 +764,28 @@ static const StatementDef statements[STMT_COUNT] = {
 		0, {0},
 		SPI_OK_SELECT, false
 	},
+	/*
+	 * Set or replace a provider's policy (set_provider_policy); a policy
+	 * with no value at all is removed (STMT_DROP_PROVIDER_POLICY).
+	 */
+	[STMT_SET_PROVIDER_POLICY] = {
+		"set provider policy",
+		"INSERT INTO jobguard.provider_policy AS p"
+		" (provider, dedupes_for, max_in_flight, max_per_second)"
+		" VALUES ($1, $2, $3, $4)"
+		" ON CONFLICT (provider) DO UPDATE"
+		" SET dedupes_for = EXCLUDED.dedupes_for, max_in_flight = EXCLUDED.max_in_flight,"
+		"  max_per_second = EXCLUDED.max_per_second, updated_at = pg_catalog.now()",
+		4, {TEXTOID, INTERVALOID, INT4OID, NUMERICOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_DROP_PROVIDER_POLICY] = {
+		"drop provider policy",
+		"DELETE FROM jobguard.provider_policy p"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		SPI_OK_DELETE, false
+	},
 	/* Every violated invariant, with its job's scope (see jobguard.invariant_violations() in jobguard--1.0--1.1.sql). */
 	[STMT_INVARIANT_VIOLATIONS] = {
 		"invariant violations",
