@@ -136,6 +136,31 @@ ALTER TABLE jobguard.jobs ADD COLUMN retries jsonb;
 COMMENT ON COLUMN jobguard.jobs.retries IS 'retry_job''s record: when, by whom, how many attempts added, and why';
 
 /*
+ * Limits (max_in_flight, max_per_second of jobguard.provider_policy),
+ * enforced on every begin by src/limits.c: the provider's policy row is
+ * locked, the open attempts against it counted (by the index below), and
+ * the token bucket of max_per_second kept in the row itself (tokens at
+ * tokens_at; NULL: full).  throttled counts the starts claim passed over
+ * for a limit.  Backends cache which providers have limits; a change of
+ * the limits (not of the bucket) tells them to read them again.
+ */
+ALTER TABLE jobguard.provider_policy
+	ADD COLUMN tokens double precision,
+	ADD COLUMN tokens_at timestamptz,
+	ADD COLUMN throttled bigint NOT NULL DEFAULT 0;
+
+CREATE INDEX attempts_open_by_provider
+	ON jobguard.attempts (provider)
+	WHERE state IN ('started', 'unknown');
+
+COMMENT ON INDEX jobguard.attempts_open_by_provider IS 'open attempts (started or unknown) per provider: what max_in_flight counts';
+
+CREATE TRIGGER provider_policy_changed
+	AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF provider, max_in_flight, max_per_second
+	ON jobguard.provider_policy
+	FOR EACH STATEMENT EXECUTE FUNCTION jobguard.table_changed();
+
+/*
  * submit and submit_many take run_at and priority.  The new arguments
  * trail the old ones with defaults, so the functions are replaced (an
  * overload beside the old ones would make every old call ambiguous): a
@@ -291,26 +316,6 @@ CREATE TRIGGER grants_flow_routines
 	AFTER INSERT OR UPDATE ON jobguard.grants
 	FOR EACH ROW EXECUTE FUNCTION jobguard.grant_flow_routines();
 
-/* the roles granted before this update: what apply_grant gives them now */
-DO LANGUAGE plpgsql $$
-DECLARE
-	g record;
-BEGIN
-	FOR g IN SELECT gr.role, gr.kind FROM jobguard.grants gr
-			  WHERE gr.kind IN ('client', 'operator')
-	LOOP
-		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
-								  ' jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer),'
-								  ' jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[],'
-								  ' timestamptz[], integer[]),'
-								  ' jobguard.reschedule(bigint, timestamptz, integer) TO %s', g.role);
-		IF g.kind = 'operator' THEN
-			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobguard.retry_job(bigint, integer, text) TO %s',
-									  g.role);
-		END IF;
-	END LOOP;
-END
-$$;
 
 ---------------------------------------------------------------------------
 -- The rights 1.2's functions add to the grant functions' (1.1's
@@ -420,6 +425,31 @@ BEGIN
 		IF g.kind OPERATOR(pg_catalog.=) 'operator' THEN
 			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
 									  ' jobguard.set_provider_policy(text, interval, integer, numeric) TO %s',
+									  g.role);
+		END IF;
+	END LOOP;
+END
+$$;
+
+/*
+ * Flow control: the clients and operators granted before this update get
+ * what apply_grant gives them now (after the pass above, which takes back
+ * every right on the routines this script made).
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	g record;
+BEGIN
+	FOR g IN SELECT gr.role, gr.kind FROM jobguard.grants gr
+			  WHERE gr.kind IN ('client', 'operator')
+	LOOP
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+								  ' jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer),'
+								  ' jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[],'
+								  ' timestamptz[], integer[]),'
+								  ' jobguard.reschedule(bigint, timestamptz, integer) TO %s', g.role);
+		IF g.kind = 'operator' THEN
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobguard.retry_job(bigint, integer, text) TO %s',
 									  g.role);
 		END IF;
 	END LOOP;

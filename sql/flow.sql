@@ -223,3 +223,60 @@ SELECT jobguard.revoke_client('regress_jg_flow_op');
 DROP ROLE regress_jg_flow_client;
 DROP ROLE regress_jg_flow_other;
 DROP ROLE regress_jg_flow_op;
+
+---------------------------------------------------------------------------
+-- limits: max_in_flight (open = started or unknown)
+---------------------------------------------------------------------------
+TRUNCATE jobguard.jobs, jobguard.attempts RESTART IDENTITY;
+SELECT jobguard.set_provider_policy('busy', max_in_flight => 2);
+SELECT job_id AS l1 FROM jobguard.submit('o', 'l1', 'op', '{}', 'busy') \gset
+SELECT job_id AS l2 FROM jobguard.submit('o', 'l2', 'op', '{}', 'busy') \gset
+SELECT job_id AS l3 FROM jobguard.submit('o', 'l3', 'op', '{}', 'busy') \gset
+SELECT job_id AS l4 FROM jobguard.submit('o', 'l4', 'op', '{}', 'busy') \gset
+SELECT job_id AS f1 FROM jobguard.submit('o', 'f1', 'op', '{}', 'free') \gset
+SELECT jobguard.begin_attempt(:l1) AS a1 \gset
+SELECT jobguard.mark_unknown(jobguard.begin_attempt(:l2));
+-- the third open attempt: JG010, nothing written
+SELECT pg_temp.error_of(format('SELECT jobguard.begin_attempt(%s)', :l3));
+SELECT count(*) AS attempts_of_l3 FROM jobguard.attempts WHERE job_id = :l3;
+-- claim passes over the provider at its limit (no wait, no error) and
+-- takes the others; the start it passed over is counted
+SELECT job_id = :f1 AS free_job, provider FROM jobguard.claim('w', max_jobs => 10);
+SELECT metric, value FROM jobguard.stats() WHERE metric ~ '^provider\.(busy|spare|slow)\.' ORDER BY metric;
+-- a slot opens when an attempt ends: the next start takes it
+SELECT jobguard.finish_attempt(:a1, '{}');
+SELECT job_id = :l3 AS l3, provider FROM jobguard.claim('w', max_jobs => 10);
+SELECT pg_temp.error_of(format('SELECT jobguard.begin_attempt(%s)', :l4));
+-- a failover to another provider draws on that provider's limits
+SELECT jobguard.certify_provider('op', 'spare', '{}');
+SELECT jobguard.set_provider_policy('spare', max_in_flight => 1);
+SELECT jobguard.begin_attempt(:l4, 'spare') > 0 AS began_on_spare;
+SELECT job_id AS l5 FROM jobguard.submit('o', 'l5', 'op', '{}', 'spare') \gset
+SELECT pg_temp.error_of(format('SELECT jobguard.begin_attempt(%s)', :l5));
+-- without a limit any more (the backends' caches follow)
+SELECT job_id AS l6 FROM jobguard.submit('o', 'l6', 'op', '{}', 'busy') \gset
+SELECT pg_temp.error_of(format('SELECT jobguard.begin_attempt(%s)', :l6));
+SELECT jobguard.set_provider_policy('busy');
+SELECT jobguard.begin_attempt(:l6) > 0 AS began_unlimited;
+SELECT metric, value FROM jobguard.stats() WHERE metric ~ '^provider\.(busy|spare|slow)\.' ORDER BY metric;
+
+---------------------------------------------------------------------------
+-- limits: max_per_second (a bucket of one second's worth, at least one)
+---------------------------------------------------------------------------
+SELECT jobguard.set_provider_policy('slow', max_per_second => 0.001);
+SELECT job_id AS s1 FROM jobguard.submit('o', 'sl1', 'op', '{}', 'slow') \gset
+SELECT job_id AS s2 FROM jobguard.submit('o', 'sl2', 'op', '{}', 'slow') \gset
+SELECT job_id AS s3 FROM jobguard.submit('o', 'sl3', 'op', '{}', 'slow') \gset
+SELECT jobguard.finish_attempt(jobguard.begin_attempt(:s1), '{}');
+-- the next start: JG010 with a HINT of when to retry (about 1000 s)
+SELECT pg_temp.error_of(format('SELECT jobguard.begin_attempt(%s)', :s2)) AS e \gset
+SELECT regexp_replace(:'e', 'Retry in \d+ ms', 'Retry in <n> ms') AS error,
+	   (regexp_match(:'e', 'Retry in (\d+) ms'))[1]::bigint BETWEEN 990000 AND 1000001 AS about_1000_s;
+SELECT count(*) FROM jobguard.attempts WHERE job_id = :s2;
+SELECT count(*) AS claimed FROM jobguard.claim('w', ARRAY['op'], max_jobs => 10) c WHERE c.provider = 'slow';
+SELECT metric, value FROM jobguard.stats() WHERE metric LIKE 'provider.slow.%' ORDER BY metric;
+-- a faster rate: the bucket holds one second's worth
+SELECT jobguard.set_provider_policy('slow', max_per_second => 1000);
+SELECT jobguard.begin_attempt(:s2) > 0 AS began;
+SELECT jobguard.set_provider_policy('slow');
+SELECT jobguard.set_provider_policy('spare');

@@ -496,19 +496,22 @@ store_set_not_before(int64 job_id, const Interval *delay)
 
 /*
  * store_claim_candidates: lock up to max_jobs runnable jobs of the scope
- * (NULL: any) with ids from from_id on, oldest first, skipping those
- * locked by anyone else (see
- * STMT_CLAIM_CANDIDATES); their ids go to ids[], the count is returned.
- * operations NULL: any operation; provider NULL: each job's own.
+ * (NULL: any) with ids from from_id on, in claim order, skipping those
+ * locked by anyone else and those of the providers in pass_over (a text[],
+ * 0: none) (see STMT_CLAIM_CANDIDATES); their ids go to ids[] and their
+ * own providers to providers[] (in the caller's context), the count is
+ * returned.  operations NULL: any operation; provider NULL: each job's own.
  */
 int
 store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 					   TimestampTz now, Datum provider, bool provider_null,
-					   int max_jobs, int64 from_id, int64 *ids)
+					   int max_jobs, int64 from_id, Datum pass_over,
+					   int64 *ids, char **providers)
 {
-	Datum		values[6] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
-	Int32GetDatum(max_jobs), Int64GetDatum(from_id)};
-	char		nulls[6] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' '};
+	Datum		values[7] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
+	Int32GetDatum(max_jobs), Int64GetDatum(from_id), pass_over};
+	char		nulls[7] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' ',
+	pass_over == (Datum) 0 ? 'n' : ' '};
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
@@ -519,6 +522,8 @@ store_claim_candidates(const char *scope, Datum operations, bool operations_null
 
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 											 1, &isnull));
+		providers[i] = store_keep_string(SPI_getvalue(SPI_tuptable->vals[i],
+													  SPI_tuptable->tupdesc, 2));
 	}
 	return (int) n;
 }
@@ -617,4 +622,121 @@ store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null, Datum
 
 	if (sql_run(STMT_RETRY_JOB, values, nulls) != 1)
 		elog(ERROR, "jobguard: job %lld vanished under its lock", (long long) job_id);
+}
+
+/*
+ * store_limited_providers: the providers that have a limit, in memory the
+ * caller's context owns (outlives the store connection); *count of them.
+ */
+char	  **
+store_limited_providers(int *count)
+{
+	uint64		n = sql_run(STMT_LIMITED_PROVIDERS, NULL, NULL);
+	char	  **names = SPI_palloc(sizeof(char *) * Max(n, 1));
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+
+		names[i] = SPI_palloc(strlen(name) + 1);
+		strcpy(names[i], name);
+	}
+	*count = (int) n;
+	return names;
+}
+
+/*
+ * store_lock_policy: lock provider's policy row (skip_locked: unless
+ * another transaction holds it) and read its limits; false when there is
+ * no row with a limit, or (skip_locked) it is held.
+ */
+bool
+store_lock_policy(const char *provider, bool skip_locked, ProviderLimits *limits)
+{
+	Datum		values[1] = {CStringGetTextDatum(provider)};
+	bool		isnull;
+	Datum		d;
+
+	if (sql_run(skip_locked ? STMT_LOCK_POLICY_SKIP : STMT_LOCK_POLICY, values, NULL) == 0)
+		return false;
+	d = sql_column_value(1, &isnull);
+	limits->max_in_flight = isnull ? 0 : DatumGetInt32(d);
+	d = sql_column_value(2, &isnull);
+	limits->max_per_second = isnull ? 0 : DatumGetFloat8(d);
+	d = sql_column_value(3, &isnull);
+	limits->has_tokens = !isnull;
+	limits->tokens = isnull ? 0 : DatumGetFloat8(d);
+	d = sql_column_value(4, &isnull);
+	limits->tokens_at = isnull ? 0 : DatumGetTimestampTz(d);
+	limits->has_tokens &= !isnull;
+	limits->now = DatumGetTimestampTz(sql_column_value(5, &isnull));
+	return true;
+}
+
+/* store_open_attempts: how many attempts against provider are open. */
+int64
+store_open_attempts(const char *provider)
+{
+	Datum		values[1] = {CStringGetTextDatum(provider)};
+	bool		isnull;
+
+	sql_run(STMT_OPEN_ATTEMPTS, values, NULL);
+	return sql_column_int64(1, &isnull);
+}
+
+/* store_record_start: a start against provider: its bucket now. */
+void
+store_record_start(const char *provider, double tokens, TimestampTz at)
+{
+	Datum		values[3] = {CStringGetTextDatum(provider), Float8GetDatum(tokens),
+	TimestampTzGetDatum(at)};
+
+	sql_run(STMT_RECORD_START, values, NULL);
+}
+
+/* store_count_throttled: claim passed over a start for provider's limit. */
+void
+store_count_throttled(const char *provider)
+{
+	Datum		values[1] = {CStringGetTextDatum(provider)};
+
+	sql_run(STMT_COUNT_THROTTLED, values, NULL);
+}
+
+/* store_attempt_provider: the provider of an attempt (it exists). */
+char *
+store_attempt_provider(int64 attempt_id)
+{
+	Datum		values[1] = {Int64GetDatum(attempt_id)};
+
+	if (sql_run(STMT_ATTEMPT_PROVIDER, values, NULL) != 1)
+		elog(ERROR, "jobguard: attempt %lld vanished", (long long) attempt_id);
+	return sql_column_text(1);
+}
+
+/*
+ * store_provider_flow: stats()'s rows provider.<name>.in_flight and
+ * provider.<name>.throttled for every provider with a policy.
+ */
+void
+store_provider_flow(ReturnSetInfo *rsinfo)
+{
+	uint64		n = sql_run(STMT_PROVIDER_FLOW, NULL, NULL);
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *name = SPI_getvalue(tuple, desc, 1);
+		bool		isnull;
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+
+		values[0] = CStringGetTextDatum(psprintf("provider.%s.in_flight", name));
+		values[1] = SPI_getbinval(tuple, desc, 2, &isnull);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		values[0] = CStringGetTextDatum(psprintf("provider.%s.throttled", name));
+		values[1] = SPI_getbinval(tuple, desc, 3, &isnull);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
 }

@@ -173,4 +173,19 @@ typedef struct JobBatch
 /* batch_is_scheduled: whether a batch sets run_at or a priority. */
 #define batch_is_scheduled(b) ((b)->run_ats != NULL || (b)->priorities != NULL)
 
+/*
+ * A provider's limits as a start reads them, its policy row locked:
+ * max_in_flight (0: none), max_per_second (0: none) and the token bucket
+ * (has_tokens false: full), with the clock read after the lock.
+ */
+typedef struct ProviderLimits
+{
+	int32		max_in_flight;
+	double		max_per_second;
+	bool		has_tokens;
+	double		tokens;
+	TimestampTz tokens_at;
+	TimestampTz now;
+} ProviderLimits;
+
 #endif							/* JOBGUARD_STORE_ROWS_H */

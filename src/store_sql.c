@@ -438,8 +438,8 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  ORDER BY p.priority LIMIT 1)"
 		" FROM levels l WHERE l.priority IS NOT NULL)"
 		/* in each, the jobs already due, by run time then id */
-		" SELECT c.id FROM levels lv CROSS JOIN LATERAL ("
-		"SELECT j.id FROM jobguard.jobs j"
+		" SELECT c.id, c.provider FROM levels lv CROSS JOIN LATERAL ("
+		"SELECT j.id, j.provider::pg_catalog.text AS provider FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
@@ -461,11 +461,13 @@ static const StatementDef statements[STMT_COUNT] = {
 		"     AND c.revoked_at IS NULL)))"
 		/* the floor, as a filter: an index condition on id would plan jobs_claim_order */
 		" AND (j.id OPERATOR(pg_catalog.+) 0) OPERATOR(pg_catalog.>=) $6"
+		/* providers this claim found at a limit */
+		" AND ($7 IS NULL OR j.provider OPERATOR(pg_catalog.<>) ALL ($7))"
 		" ORDER BY COALESCE(j.not_before, j.created_at), j.id"
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED) c"
 		" LIMIT $5",
-		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID},
+		7, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID},
 		SPI_OK_SELECT, false, false, true
 	},
 	/*
@@ -875,6 +877,89 @@ static const StatementDef statements[STMT_COUNT] = {
 		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.max_attempts IS NOT NULL",
 		4, {INT8OID, INT4OID, TEXTOID, TEXTOID},
 		SPI_OK_UPDATE, false
+	},
+	/* The providers that have a limit (limits.c caches them). */
+	[STMT_LIMITED_PROVIDERS] = {
+		"limited providers",
+		"SELECT p.provider FROM jobguard.provider_policy p"
+		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL",
+		0, {0},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * A provider's limits and token bucket, its row locked until the end of
+	 * the transaction: every start against it is decided under this lock,
+	 * one at a time (limits.c).  The clock is read after the lock.
+	 */
+	[STMT_LOCK_POLICY] = {
+		"lock policy",
+		"SELECT p.max_in_flight, p.max_per_second::pg_catalog.float8, p.tokens, p.tokens_at,"
+		" pg_catalog.clock_timestamp()"
+		" FROM jobguard.provider_policy p"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1"
+		" AND (p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL)"
+		" FOR NO KEY UPDATE",
+		1, {TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/* The same, for claim: a row another start holds is passed over. */
+	[STMT_LOCK_POLICY_SKIP] = {
+		"lock policy skip",
+		"SELECT p.max_in_flight, p.max_per_second::pg_catalog.float8, p.tokens, p.tokens_at,"
+		" pg_catalog.clock_timestamp()"
+		" FROM jobguard.provider_policy p"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1"
+		" AND (p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL)"
+		" FOR NO KEY UPDATE SKIP LOCKED",
+		1, {TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/* The open attempts (started or unknown) against provider $1. */
+	[STMT_OPEN_ATTEMPTS] = {
+		"open attempts",
+		"SELECT pg_catalog.count(*) FROM jobguard.attempts a"
+		" WHERE a.provider OPERATOR(pg_catalog.=) $1"
+		" AND a.state IN ('started', 'unknown')",
+		1, {TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * A start against provider $1 (its row locked): the bucket holds $2
+	 * tokens at $3.  Written at every start, so that a REPEATABLE READ
+	 * start whose snapshot misses a later one fails to lock the row
+	 * (could not serialize) instead of counting too few.
+	 */
+	[STMT_RECORD_START] = {
+		"record start",
+		"UPDATE jobguard.provider_policy AS p SET tokens = $2, tokens_at = $3"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1",
+		3, {TEXTOID, FLOAT8OID, TIMESTAMPTZOID},
+		SPI_OK_UPDATE, false
+	},
+	/* A start claim passed over for provider $1's limit (its row locked). */
+	[STMT_COUNT_THROTTLED] = {
+		"count throttled",
+		"UPDATE jobguard.provider_policy AS p SET throttled = p.throttled OPERATOR(pg_catalog.+) 1"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	/* The provider of attempt $1. */
+	[STMT_ATTEMPT_PROVIDER] = {
+		"attempt provider",
+		"SELECT a.provider FROM jobguard.attempts a WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/* Per provider with a policy: open attempts, starts throttled (stats()). */
+	[STMT_PROVIDER_FLOW] = {
+		"provider flow",
+		"SELECT p.provider, (SELECT pg_catalog.count(*) FROM jobguard.attempts a"
+		"  WHERE a.provider OPERATOR(pg_catalog.=) p.provider"
+		"  AND a.state IN ('started', 'unknown')), p.throttled"
+		" FROM jobguard.provider_policy p ORDER BY p.provider",
+		0, {0},
+		SPI_OK_SELECT, true
 	},
 };
 

@@ -29,6 +29,7 @@
 #include "args.h"
 #include "transitions.h"
 #include "claim_floor.h"
+#include "limits.h"
 #include "metrics.h"
 #include "store.h"
 
@@ -131,6 +132,29 @@ typedef struct ClaimRequest
 } ClaimRequest;
 
 /*
+ * claim_within_limits: whether the claim may start an attempt against the
+ * provider the job would run on (the claim's provider, else the job's
+ * own) within its limits (limits.c: never waits, never errors).  A
+ * provider passed over goes to *at_limit (not searched again in this
+ * claim); with the claim's own provider at a limit, every candidate is
+ * passed over.
+ */
+static bool
+claim_within_limits(const ClaimRequest *req, const char *job_provider,
+					ArrayBuildState **at_limit)
+{
+	const char *provider = req->provider_null ? job_provider :
+		TextDatumGetCString(req->provider);
+
+	if (limits_admit_claim(provider))
+		return true;
+	if (req->provider_null)
+		*at_limit = accumArrayResult(*at_limit, CStringGetTextDatum(provider), false,
+									 TEXTOID, CurrentMemoryContext);
+	return false;
+}
+
+/*
  * claim_once: find and begin up to max_jobs runnable jobs; their attempt
  * ids go to attempts[], the count is returned.  A job found runnable but
  * refused by the gate by the time its attempt begins (a concurrent begin
@@ -141,7 +165,9 @@ static int
 claim_once(const ClaimRequest *req, int64 *attempts)
 {
 	int64	   *candidates = palloc(sizeof(int64) * req->max_jobs);
+	char	  **providers = palloc(sizeof(char *) * req->max_jobs);
 	int			claimed = 0;
+	ArrayBuildState *at_limit = NULL;	/* providers passed over for a limit */
 
 	for (int round = 0; round < CLAIM_ROUNDS && claimed < req->max_jobs; round++)
 	{
@@ -150,7 +176,10 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 												   GetCurrentTimestamp(), req->provider,
 												   req->provider_null,
 												   req->max_jobs - claimed,
-												   claim_floor(), candidates);
+												   claim_floor(),
+												   at_limit == NULL ? (Datum) 0 :
+												   makeArrayResult(at_limit, CurrentMemoryContext),
+												   candidates, providers);
 		int			refused = 0;
 
 		for (int i = 0; i < found; i++)
@@ -163,8 +192,15 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 				.worker = req->worker, .worker_null = false,
 				.started_at = req->waited ? GetCurrentTimestamp() : 0,
 			};
-			int64		attempt_id = store_begin_attempt(&begin);
+			int64		attempt_id;
 
+			/* the limits of the provider it would run on: at one, pass it over */
+			if (!claim_within_limits(req, providers[i], &at_limit))
+			{
+				refused++;
+				continue;
+			}
+			attempt_id = store_begin_attempt(&begin);
 			if (attempt_id != 0)
 			{
 				attempts[claimed++] = attempt_id;
@@ -177,6 +213,7 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 			break;
 	}
 	pfree(candidates);
+	pfree(providers);
 	return claimed;
 }
 
