@@ -29,12 +29,12 @@ REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
 # what make test runs on a database still on 1.1, served by this library:
 # all but the suites of 1.2's own objects (finish_many; security checks
 # 1.2's dump filter of grants) and those that make databases of their own
-REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many,$(JOBGUARD_REGRESS))
+REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many flow fast_path,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
 JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race
 ISOLATION      = $(JOBGUARD_ISOLATION)
-ISOLATION_ON_PREVIOUS = $(filter-out finish_many_race,$(JOBGUARD_ISOLATION))
+ISOLATION_ON_PREVIOUS = $(filter-out finish_many_race fast_path_ddl,$(JOBGUARD_ISOLATION))
 ISOLATION_OPTS = --load-extension=jobguard
 
 # what make test runs first in each pass of the pg_regress and isolation

@@ -71,6 +71,22 @@ policy_relid(void)
 }
 
 /*
+ * schema_has_flow: whether the database's jobguard objects have 1.2's flow
+ * control columns (jobs.priority and jobs.retries come with the same
+ * update): else the SQL back end runs 1.1's form of the statements that
+ * would name them (the fast path steps aside by itself, its catalog check
+ * finding the columns missing).  Syscache look-ups, no SQL.
+ */
+bool
+schema_has_flow(void)
+{
+	Oid			schema = get_namespace_oid("jobguard", true);
+	Oid			jobs = OidIsValid(schema) ? get_relname_relid("jobs", schema) : InvalidOid;
+
+	return OidIsValid(jobs) && get_attnum(jobs, "priority") != InvalidAttrNumber;
+}
+
+/*
  * load_limited: read the providers that have a limit into the cache.
  * Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot may be
  * older than an invalidation already received, so what it reads is used

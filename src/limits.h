@@ -12,6 +12,7 @@
 
 #include "nodes/execnodes.h"
 
+extern bool schema_has_flow(void);
 extern bool limits_apply_to(const char *provider);
 extern bool limits_admit_claim(const char *provider);
 extern void limits_admit_begun(int64 attempt_id);

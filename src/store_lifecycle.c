@@ -21,6 +21,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "limits.h"
 #include "store.h"
 #include "store_backend.h"
 #include "store_sql.h"
@@ -165,7 +166,8 @@ sql_match_job(const SubmitRequest *req, SubmitMatch *match)
 	bool		isnull;
 
 	submit_nulls(req, nulls);
-	if (sql_run(STMT_MATCH_JOB, (Datum *) req->values, nulls) == 0)
+	if (sql_run(schema_has_flow() ? STMT_MATCH_JOB : STMT_MATCH_JOB_1_1,
+				(Datum *) req->values, nulls) == 0)
 		return false;
 	match->job_id = sql_column_int64(1, &isnull);
 	match->same_operation = sql_column_bool(2);
@@ -515,7 +517,8 @@ store_claim_candidates(const char *scope, Datum operations, bool operations_null
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
-	n = sql_run(STMT_CLAIM_CANDIDATES, values, nulls);
+	n = sql_run(schema_has_flow() ? STMT_CLAIM_CANDIDATES : STMT_CLAIM_CANDIDATES_1_1,
+				values, nulls);
 	for (uint64 i = 0; i < n; i++)
 	{
 		bool		isnull;

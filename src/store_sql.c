@@ -961,6 +961,57 @@ static const StatementDef statements[STMT_COUNT] = {
 		0, {0},
 		SPI_OK_SELECT, true
 	},
+	/*
+	 * STMT_CLAIM_CANDIDATES in a database whose objects are still 1.1's
+	 * (no jobs.priority): 1.1's order, oldest first ($7 unused: no limits
+	 * there).
+	 */
+	[STMT_CLAIM_CANDIDATES_1_1] = {
+		"claim candidates 1.1",
+		"SELECT j.id, j.provider::pg_catalog.text FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
+		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4"
+		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])"
+		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"     AND c.provider OPERATOR(pg_catalog.=) $4"
+		"     AND c.revoked_at IS NULL)))"
+		" AND j.id OPERATOR(pg_catalog.>=) $6"
+		" AND ($7 IS NULL OR true)"
+		" ORDER BY j.id"
+		" LIMIT $5"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED",
+		7, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID},
+		SPI_OK_SELECT, false
+	},
+	/* STMT_MATCH_JOB in a 1.1 database (no jobs.retries) */
+	[STMT_MATCH_JOB_1_1] = {
+		"match job 1.1",
+		"SELECT j.id,"
+		" j.operation OPERATOR(pg_catalog.=) $3,"
+		" j.params OPERATOR(pg_catalog.=) $4,"
+		" j.provider OPERATOR(pg_catalog.=) $5,"
+		" COALESCE(j.max_attempts OPERATOR(pg_catalog.=) $6,"
+		"          j.max_attempts IS NULL AND $6 IS NULL)"
+		" FROM jobguard.jobs j"
+		" WHERE j.scope OPERATOR(pg_catalog.=) $7"
+		" AND j.owner_id OPERATOR(pg_catalog.=) $1"
+		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2"
+		" AND j.replaced_at IS NULL",
+		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
+		SPI_OK_SELECT, false
+	},
 };
 
 /* Plans prepared in this backend, kept for its lifetime. */
