@@ -32,9 +32,9 @@ REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
 REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many flow fast_path,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
-JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race
+JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race flow_in_flight_race flow_reschedule_race flow_retry_race
 ISOLATION      = $(JOBGUARD_ISOLATION)
-ISOLATION_ON_PREVIOUS = $(filter-out finish_many_race fast_path_ddl,$(JOBGUARD_ISOLATION))
+ISOLATION_ON_PREVIOUS = $(filter-out finish_many_race fast_path_ddl flow_in_flight_race flow_reschedule_race flow_retry_race,$(JOBGUARD_ISOLATION))
 ISOLATION_OPTS = --load-extension=jobguard
 
 # what make test runs first in each pass of the pg_regress and isolation
