@@ -141,16 +141,15 @@ typedef struct ClaimRequest
  */
 static bool
 claim_within_limits(const ClaimRequest *req, const char *job_provider,
-					ArrayBuildState **at_limit)
+					Datum *at_limit, int *n_at_limit)
 {
 	const char *provider = req->provider_null ? job_provider :
 		TextDatumGetCString(req->provider);
 
 	if (limits_admit_claim(provider))
 		return true;
-	if (req->provider_null)
-		*at_limit = accumArrayResult(*at_limit, CStringGetTextDatum(provider), false,
-									 TEXTOID, CurrentMemoryContext);
+	if (req->provider_null && *n_at_limit < req->max_jobs)
+		at_limit[(*n_at_limit)++] = CStringGetTextDatum(provider);
 	return false;
 }
 
@@ -167,7 +166,9 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 	int64	   *candidates = palloc(sizeof(int64) * req->max_jobs);
 	char	  **providers = palloc(sizeof(char *) * req->max_jobs);
 	int			claimed = 0;
-	ArrayBuildState *at_limit = NULL;	/* providers passed over for a limit */
+	Datum	   *at_limit = palloc(sizeof(Datum) * req->max_jobs);	/* providers passed
+																 * over for a limit */
+	int			n_at_limit = 0;
 
 	for (int round = 0; round < CLAIM_ROUNDS && claimed < req->max_jobs; round++)
 	{
@@ -177,8 +178,10 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 												   req->provider_null,
 												   req->max_jobs - claimed,
 												   claim_floor(),
-												   at_limit == NULL ? (Datum) 0 :
-												   makeArrayResult(at_limit, CurrentMemoryContext),
+												   n_at_limit == 0 ? (Datum) 0 :
+												   PointerGetDatum(construct_array(at_limit, n_at_limit,
+																				   TEXTOID, -1, false,
+																				   TYPALIGN_INT)),
 												   candidates, providers);
 		int			refused = 0;
 
@@ -195,7 +198,7 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 			int64		attempt_id;
 
 			/* the limits of the provider it would run on: at one, pass it over */
-			if (!claim_within_limits(req, providers[i], &at_limit))
+			if (!claim_within_limits(req, providers[i], at_limit, &n_at_limit))
 			{
 				refused++;
 				continue;
@@ -214,6 +217,7 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 	}
 	pfree(candidates);
 	pfree(providers);
+	pfree(at_limit);
 	return claimed;
 }
 
