@@ -11,11 +11,13 @@
  * lock, and writes the bucket back into the row.  So the starts against one
  * provider are decided one at a time, each seeing those before it:
  *
- *   - READ COMMITTED: the count runs after the lock, with a new snapshot,
- *     so it sees every start committed by the lock's previous holders.
- *   - REPEATABLE READ, SERIALIZABLE: every start writes the row, so a start
- *     whose snapshot misses an earlier one cannot lock it (could not
- *     serialize, 40001): it fails rather than overruns.
+ *   - max_in_flight: the count runs after the lock, with the latest
+ *     snapshot (at any isolation level), so it sees every start committed
+ *     by the lock's previous holders, and none is still to commit.
+ *   - max_per_second: every start writes the bucket into the row; under
+ *     REPEATABLE READ or SERIALIZABLE a start whose snapshot misses an
+ *     earlier one cannot lock the row (could not serialize, 40001): it
+ *     fails rather than overruns.
  *
  * begin_attempt (limits_admit_begun) waits for the lock, and is refused
  * with JG010 beyond a limit; claim (limits_admit_claim) never waits (SKIP
@@ -186,8 +188,14 @@ decide(const char *provider, const ProviderLimits *limits, int64 open, double *t
 		return LIMIT_IN_FLIGHT;
 	if (limits->max_per_second > 0 && *tokens < 1.0)
 		return LIMIT_RATE;
-	/* written at every start (see the file's comment), with or without a rate */
-	store_record_start(provider, limits->max_per_second > 0 ? *tokens - 1.0 : 0.0, limits->now);
+	/*
+	 * The bucket is written back at every start it limits.  A max_in_flight
+	 * alone needs only the lock: the count after it sees every earlier
+	 * start (see the file's comment).
+	 */
+	if (limits->max_per_second > 0)
+		store_record_start(provider, limits->max_per_second > 0 ? *tokens - 1.0 : 0.0,
+						   limits->now);
 	return LIMIT_ADMITTED;
 }
 

@@ -22,6 +22,7 @@
 #include "utils/guc.h"
 #include "utils/plancache.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 
 #include "store_sql.h"
 
@@ -84,6 +85,8 @@ typedef struct StatementDef
 	bool		index_order;	/* also planned without sorts or bitmap scans:
 								 * read in an index's order, cut short by its
 								 * LIMIT */
+	bool		latest_snapshot;	/* run with the latest snapshot, whatever
+									 * the isolation level */
 } StatementDef;
 
 /* The columns every attempt query returns (ATTEMPT_ROW_COLUMNS, store_sql.h). */
@@ -914,20 +917,24 @@ static const StatementDef statements[STMT_COUNT] = {
 		1, {TEXTOID},
 		SPI_OK_SELECT, false
 	},
-	/* The open attempts (started or unknown) against provider $1. */
+	/*
+	 * The open attempts (started or unknown) against provider $1, with the
+	 * latest snapshot: run under the provider's policy row lock, it sees
+	 * every start before it, under REPEATABLE READ too.
+	 */
 	[STMT_OPEN_ATTEMPTS] = {
 		"open attempts",
 		"SELECT pg_catalog.count(*) FROM jobguard.attempts a"
 		" WHERE a.provider OPERATOR(pg_catalog.=) $1"
 		" AND a.state IN ('started', 'unknown')",
 		1, {TEXTOID},
-		SPI_OK_SELECT, false
+		SPI_OK_SELECT, false, false, false, true
 	},
 	/*
 	 * A start against provider $1 (its row locked): the bucket holds $2
-	 * tokens at $3.  Written at every start, so that a REPEATABLE READ
-	 * start whose snapshot misses a later one fails to lock the row
-	 * (could not serialize) instead of counting too few.
+	 * tokens at $3.  Written at every start against a rate, so that a
+	 * REPEATABLE READ start whose snapshot misses a later one fails to lock
+	 * the row (could not serialize) instead of drawing from a stale bucket.
 	 */
 	[STMT_RECORD_START] = {
 		"record start",
@@ -1133,7 +1140,11 @@ sql_run(StatementId id, Datum *values, const char *nulls)
 
 	if (!def->whole_tables)
 		plan_for_index_lookups(id);
-	rc = SPI_execute_plan(prepared_plan(id), values, nulls, def->read_only, 0);
+	if (def->latest_snapshot)
+		rc = SPI_execute_snapshot(prepared_plan(id), values, nulls, GetLatestSnapshot(),
+								  InvalidSnapshot, def->read_only, false, 0);
+	else
+		rc = SPI_execute_plan(prepared_plan(id), values, nulls, def->read_only, 0);
 	if (rc != def->expected_rc)
 		elog(ERROR, "jobguard: statement \"%s\" returned %s",
 			 def->name, SPI_result_code_string(rc));
