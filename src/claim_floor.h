@@ -11,11 +11,15 @@
 
 #include "postgres.h"
 
+#include "datatype/timestamp.h"
+
 extern void claim_floor_init(void);
 extern void claim_work_ready(int64 job_id);
+extern void claim_work_ready_at(int64 job_id, TimestampTz run_time);
 extern int64 claim_floor(void);
 extern uint64 claim_floor_lowerings(void);
-extern void claim_floor_publish(int64 floor, uint64 lowerings_before);
+extern TimestampTz claim_time_floor(void);
+extern void claim_floor_publish(int64 floor, TimestampTz time_floor, uint64 lowerings_before);
 extern bool claim_wait_prepare(void);
 extern void claim_wait_sleep(long timeout_ms);
 extern void claim_wait_done(void);

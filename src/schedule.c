@@ -79,7 +79,8 @@ jobguard_reschedule(PG_FUNCTION_ARGS)
 	if (!run_at_null || !priority_null)
 	{
 		store_reschedule(job_id, run_at, run_at_null, (int16) priority, priority_null);
-		claim_work_ready(job_id);	/* it may be due sooner now */
+		/* it may be due sooner now: the floors go down to its new run time */
+		claim_work_ready_at(job_id, run_at_null ? DT_NOEND : DatumGetTimestampTz(run_at));
 	}
 	store_finish(&caller);
 	PG_RETURN_VOID();

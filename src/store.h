@@ -64,9 +64,10 @@ extern bool store_retry_policy(int64 job_id, Interval *backoff, Interval *max, b
 extern void store_set_not_before(int64 job_id, const Interval *delay);
 extern int	store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 								   TimestampTz now, Datum provider, bool provider_null,
-								   int max_jobs, int64 from_id, Datum pass_over,
+								   int max_jobs, int64 from_id, TimestampTz from_time,
+								   Datum pass_over,
 								   int64 *ids, char **providers);
-extern int64 store_claim_floor(void);
+extern int64 store_claim_floor(TimestampTz *time_floor);
 extern void store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
 							 bool priority_null);
 extern char **store_limited_providers(int *count);

@@ -498,7 +498,8 @@ store_set_not_before(int64 job_id, const Interval *delay)
 
 /*
  * store_claim_candidates: lock up to max_jobs runnable jobs of the scope
- * (NULL: any) with ids from from_id on, in claim order, skipping those
+ * (NULL: any) with ids from from_id on and run times from from_time on
+ * (the claim floors), in claim order, skipping those
  * locked by anyone else and those of the providers in pass_over (a text[],
  * 0: none) (see STMT_CLAIM_CANDIDATES); their ids go to ids[] and their
  * own providers to providers[] (in the caller's context), the count is
@@ -507,13 +508,13 @@ store_set_not_before(int64 job_id, const Interval *delay)
 int
 store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 					   TimestampTz now, Datum provider, bool provider_null,
-					   int max_jobs, int64 from_id, Datum pass_over,
-					   int64 *ids, char **providers)
+					   int max_jobs, int64 from_id, TimestampTz from_time,
+					   Datum pass_over, int64 *ids, char **providers)
 {
-	Datum		values[7] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
-	Int32GetDatum(max_jobs), Int64GetDatum(from_id), pass_over};
-	char		nulls[7] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' ',
-	pass_over == (Datum) 0 ? 'n' : ' '};
+	Datum		values[8] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
+	Int32GetDatum(max_jobs), Int64GetDatum(from_id), pass_over, TimestampTzGetDatum(from_time)};
+	char		nulls[8] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' ',
+	pass_over == (Datum) 0 ? 'n' : ' ', ' '};
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
@@ -533,15 +534,28 @@ store_claim_candidates(const char *scope, Datum operations, bool operations_null
 
 /*
  * store_claim_floor: the id from which claims need to search for runnable
- * jobs (see STMT_CLAIM_FLOOR), from the current snapshot.
+ * jobs (see STMT_CLAIM_FLOOR), from the current snapshot; *time_floor the
+ * run time from which they need to search each priority
+ * (STMT_CLAIM_TIME_FLOOR; no runnable job: DT_NOEND, every commit that
+ * makes one runnable lowers it).
  */
 int64
-store_claim_floor(void)
+store_claim_floor(TimestampTz *time_floor)
 {
 	bool		isnull;
+	int64		floor;
+	Datum		t;
 
 	sql_run(STMT_CLAIM_FLOOR, NULL, NULL);
-	return sql_column_int64(1, &isnull);
+	floor = sql_column_int64(1, &isnull);
+	*time_floor = DT_NOBEGIN;	/* a 1.1 database: no time floor */
+	if (schema_has_flow())
+	{
+		sql_run(STMT_CLAIM_TIME_FLOOR, NULL, NULL);
+		t = sql_column_value(1, &isnull);
+		*time_floor = isnull ? DT_NOEND : DatumGetTimestampTz(t);
+	}
+	return floor;
 }
 
 /* One row claim() returns, with the job it is for. */

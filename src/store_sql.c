@@ -450,6 +450,8 @@ static const StatementDef statements[STMT_COUNT] = {
 		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
 		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
 		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.<=) $3"
+		/* the time floor: no claimable job runs earlier */
+		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.>=) $8"
 		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
 		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
 		" AND (last.state IS NULL"
@@ -470,7 +472,8 @@ static const StatementDef statements[STMT_COUNT] = {
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED) c"
 		" LIMIT $5",
-		7, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID},
+		8, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
+		TIMESTAMPTZOID},
 		SPI_OK_SELECT, false, false, true
 	},
 	/*
@@ -995,11 +998,12 @@ static const StatementDef statements[STMT_COUNT] = {
 		"     AND c.provider OPERATOR(pg_catalog.=) $4"
 		"     AND c.revoked_at IS NULL)))"
 		" AND j.id OPERATOR(pg_catalog.>=) $6"
-		" AND ($7 IS NULL OR true)"
+		" AND ($7 IS NULL OR true) AND ($8 IS NULL OR true)"
 		" ORDER BY j.id"
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED",
-		7, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID},
+		8, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
+		TIMESTAMPTZOID},
 		SPI_OK_SELECT, false
 	},
 	/* STMT_MATCH_JOB in a 1.1 database (no jobs.retries) */
@@ -1018,6 +1022,40 @@ static const StatementDef statements[STMT_COUNT] = {
 		" AND j.replaced_at IS NULL",
 		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
 		SPI_OK_SELECT, false
+	},
+	/*
+	 * The time floor (claim_time_floor()): the earliest run time among the
+	 * jobs not succeeded or cancelled with no open attempt and attempts
+	 * left — the first such in each priority of jobs_run_order, walked as
+	 * STMT_CLAIM_CANDIDATES walks it; NULL when there is none.
+	 */
+	[STMT_CLAIM_TIME_FLOOR] = {
+		"claim time floor",
+		"WITH RECURSIVE levels(priority) AS ("
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  ORDER BY p.priority LIMIT 1)"
+		" UNION ALL"
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  AND p.priority OPERATOR(pg_catalog.>) l.priority"
+		"  ORDER BY p.priority LIMIT 1)"
+		" FROM levels l WHERE l.priority IS NOT NULL)"
+		" SELECT pg_catalog.min(f.t) FROM levels lv CROSS JOIN LATERAL ("
+		"SELECT COALESCE(j.not_before, j.created_at) AS t FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" ORDER BY COALESCE(j.not_before, j.created_at) LIMIT 1) f",
+		0, {0},
+		SPI_OK_SELECT, false, false, true
 	},
 };
 

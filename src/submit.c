@@ -12,6 +12,7 @@
 
 #include "access/detoast.h"
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
@@ -118,6 +119,17 @@ schedule_args(FunctionCallInfo fcinfo, int argno, SubmitSchedule *schedule)
 											"argument \"priority\"");
 }
 
+/*
+ * submit_run_time: when a new job may first run: its run_at, else its
+ * creation (created_at is now(), the transaction's start).
+ */
+static TimestampTz
+submit_run_time(const SubmitRequest *req)
+{
+	return req->has_run_at ? DatumGetTimestampTz(req->run_at) :
+		GetCurrentTransactionStartTimestamp();
+}
+
 /* What submitting one request came to. */
 typedef enum SubmitOutcome
 {
@@ -156,7 +168,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		{
 			stats_count(STAT_SUBMITS_CREATED);
 			stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-			claim_work_ready(*job_id);
+			claim_work_ready_at(*job_id, submit_run_time(&req));
 			return SUBMIT_CREATED;
 		}
 		if (store_match_job(&req, match))
@@ -194,7 +206,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 					{
 						stats_count(STAT_SUBMITS_CREATED);
 						stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-						claim_work_ready(*job_id);
+						claim_work_ready_at(*job_id, submit_run_time(&req));
 						return SUBMIT_CREATED;
 					}
 					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
@@ -528,7 +540,10 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 			{
 				stats_count(STAT_SUBMITS_CREATED);
 				stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-				claim_work_ready(job_ids[i]);
+				claim_work_ready_at(job_ids[i],
+									batch.run_ats != NULL && !batch.run_ats_null[i] ?
+									DatumGetTimestampTz(batch.run_ats[i]) :
+									GetCurrentTransactionStartTimestamp());
 			}
 			else
 			{

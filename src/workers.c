@@ -177,7 +177,7 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 												   GetCurrentTimestamp(), req->provider,
 												   req->provider_null,
 												   req->max_jobs - claimed,
-												   claim_floor(),
+												   claim_floor(), claim_time_floor(),
 												   n_at_limit == 0 ? (Datum) 0 :
 												   PointerGetDatum(construct_array(at_limit, n_at_limit,
 																				   TEXTOID, -1, false,
