@@ -55,6 +55,7 @@ typedef struct ClaimSlot
 								 * known); see claim_floor() */
 	TimestampTz time_floor;		/* no claimable job has an earlier run time
 								 * (DT_NOBEGIN: not known) */
+	ClaimLevels levels;			/* the priorities with claimable jobs */
 	uint64		floor_lowerings;	/* commits that made work runnable */
 } ClaimSlot;
 
@@ -76,6 +77,7 @@ static bool work_pending = false;
 static int64 runnable_from = PG_INT64_MAX;
 static TimestampTz runnable_at = DT_NOEND;	/* the earliest run time it made
 											 * runnable */
+static ClaimLevels runnable_levels = {0};	/* the priorities it made runnable */
 static bool callback_registered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -114,6 +116,7 @@ claim_shmem_startup(void)
 			ConditionVariableInit(&slot->runnable);
 			slot->claim_floor = 0;
 			slot->time_floor = DT_NOBEGIN;
+			slot->levels.n = -1;
 			slot->floor_lowerings = 0;
 		}
 	}
@@ -168,10 +171,52 @@ database_slot(void)
  * published over it (claim_floor_publish).  Runs after the commit is
  * visible.
  */
+/*
+ * claim_levels_add: add a priority to a set of levels (kept ascending);
+ * CLAIM_PRIORITY_UNKNOWN, or one too many, makes the set unknown.
+ */
+void
+claim_levels_add(ClaimLevels *levels, int priority)
+{
+	int			i;
+
+	if (levels->n < 0)
+		return;
+	if (priority == CLAIM_PRIORITY_UNKNOWN)
+	{
+		levels->n = -1;
+		return;
+	}
+	for (i = 0; i < levels->n && levels->priority[i] < priority; i++)
+		;
+	if (i < levels->n && levels->priority[i] == priority)
+		return;
+	if (levels->n == CLAIM_MAX_LEVELS)
+	{
+		levels->n = -1;
+		return;
+	}
+	memmove(&levels->priority[i + 1], &levels->priority[i],
+			sizeof(int16) * (levels->n - i));
+	levels->priority[i] = (int16) priority;
+	levels->n++;
+}
+
+/* levels_merge: add every level of from to into (unknown stays unknown). */
+static void
+levels_merge(ClaimLevels *into, const ClaimLevels *from)
+{
+	if (from->n < 0)
+		into->n = -1;
+	for (int i = 0; i < from->n && into->n >= 0; i++)
+		claim_levels_add(into, from->priority[i]);
+}
+
 static void
 lower_claim_floor(ClaimSlot *slot, int64 from_id, TimestampTz from_time)
 {
 	SpinLockAcquire(&slot->mutex);
+	levels_merge(&slot->levels, &runnable_levels);
 	if (slot->claim_floor > from_id)
 		slot->claim_floor = from_id;
 	if (slot->time_floor > from_time)
@@ -198,12 +243,14 @@ claim_xact_callback(XactEvent event, void *arg)
 			work_pending = false;
 			runnable_from = PG_INT64_MAX;
 			runnable_at = DT_NOEND;
+			runnable_levels.n = 0;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 			work_pending = false;
 			runnable_from = PG_INT64_MAX;
 			runnable_at = DT_NOEND;
+			runnable_levels.n = 0;
 			break;
 		default:
 			break;
@@ -222,16 +269,17 @@ claim_xact_callback(XactEvent event, void *arg)
 void
 claim_work_ready(int64 job_id)
 {
-	claim_work_ready_at(job_id, DT_NOBEGIN);
+	claim_work_ready_at(job_id, DT_NOBEGIN, CLAIM_PRIORITY_UNKNOWN);
 }
 
 /*
  * claim_work_ready_at: claim_work_ready() of a job whose run time (run_at,
- * not_before, else its creation) is known: the time floor goes down to
- * it, not to the beginning of time.
+ * not_before, else its creation) and priority are known: the time floor
+ * goes down to it, not to the beginning of time, and the priority joins
+ * the known levels (CLAIM_PRIORITY_UNKNOWN: they are not known any more).
  */
 void
-claim_work_ready_at(int64 job_id, TimestampTz run_time)
+claim_work_ready_at(int64 job_id, TimestampTz run_time, int priority)
 {
 	if (database_slot() == NULL)
 		return;
@@ -243,6 +291,26 @@ claim_work_ready_at(int64 job_id, TimestampTz run_time)
 	work_pending = true;
 	runnable_from = Min(runnable_from, job_id);
 	runnable_at = Min(runnable_at, run_time);
+	claim_levels_add(&runnable_levels, priority);
+}
+
+/*
+ * claim_levels: the priorities that have claimable jobs in this database
+ * (false when not known): claim walks them in jobs_run_order without
+ * looking for them there, where the dead entries of finished jobs lie at
+ * the start of each priority.
+ */
+bool
+claim_levels(ClaimLevels *levels)
+{
+	ClaimSlot  *slot = database_slot();
+
+	if (slot == NULL)
+		return false;
+	SpinLockAcquire(&slot->mutex);
+	*levels = slot->levels;
+	SpinLockRelease(&slot->mutex);
+	return levels->n >= 0;
 }
 
 /*
@@ -314,7 +382,8 @@ claim_floor_lowerings(void)
  * floor then only goes down (the next computation raises it).
  */
 void
-claim_floor_publish(int64 floor, TimestampTz time_floor, uint64 lowerings_before)
+claim_floor_publish(int64 floor, TimestampTz time_floor, const ClaimLevels *levels,
+					uint64 lowerings_before)
 {
 	ClaimSlot  *slot = database_slot();
 
@@ -325,9 +394,11 @@ claim_floor_publish(int64 floor, TimestampTz time_floor, uint64 lowerings_before
 	{
 		slot->claim_floor = floor;
 		slot->time_floor = time_floor;
+		slot->levels = *levels;
 	}
 	else
 	{
+		levels_merge(&slot->levels, levels);
 		if (slot->claim_floor > floor)
 			slot->claim_floor = floor;
 		if (slot->time_floor > time_floor)

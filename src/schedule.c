@@ -80,7 +80,8 @@ jobguard_reschedule(PG_FUNCTION_ARGS)
 	{
 		store_reschedule(job_id, run_at, run_at_null, (int16) priority, priority_null);
 		/* it may be due sooner now: the floors go down to its new run time */
-		claim_work_ready_at(job_id, run_at_null ? DT_NOEND : DatumGetTimestampTz(run_at));
+		claim_work_ready_at(job_id, run_at_null ? DT_NOEND : DatumGetTimestampTz(run_at),
+							priority_null ? CLAIM_PRIORITY_UNKNOWN : priority);
 	}
 	store_finish(&caller);
 	PG_RETURN_VOID();

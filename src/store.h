@@ -29,6 +29,8 @@
 #include "store_rows.h"
 #include "security.h"
 
+struct ClaimLevels;				/* claim_floor.h */
+
 /* store_dispatch.c: the connection a call works in, and the hot calls */
 extern void store_connect(SavedIdentity *caller);
 extern void store_finish(const SavedIdentity *caller);
@@ -65,9 +67,9 @@ extern void store_set_not_before(int64 job_id, const Interval *delay);
 extern int	store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 								   TimestampTz now, Datum provider, bool provider_null,
 								   int max_jobs, int64 from_id, TimestampTz from_time,
-								   Datum pass_over,
+								   Datum levels, Datum pass_over,
 								   int64 *ids, char **providers);
-extern int64 store_claim_floor(TimestampTz *time_floor);
+extern int64 store_claim_floor(TimestampTz *time_floor, struct ClaimLevels *levels);
 extern void store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
 							 bool priority_null);
 extern char **store_limited_providers(int *count);

@@ -21,6 +21,7 @@
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "claim_floor.h"
 #include "limits.h"
 #include "store.h"
 #include "store_backend.h"
@@ -499,7 +500,8 @@ store_set_not_before(int64 job_id, const Interval *delay)
 /*
  * store_claim_candidates: lock up to max_jobs runnable jobs of the scope
  * (NULL: any) with ids from from_id on and run times from from_time on
- * (the claim floors), in claim order, skipping those
+ * (the claim floors), in claim order (levels: the priorities to walk, an
+ * int2[], 0 to find them in the index), skipping those
  * locked by anyone else and those of the providers in pass_over (a text[],
  * 0: none) (see STMT_CLAIM_CANDIDATES); their ids go to ids[] and their
  * own providers to providers[] (in the caller's context), the count is
@@ -509,12 +511,13 @@ int
 store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 					   TimestampTz now, Datum provider, bool provider_null,
 					   int max_jobs, int64 from_id, TimestampTz from_time,
-					   Datum pass_over, int64 *ids, char **providers)
+					   Datum levels, Datum pass_over, int64 *ids, char **providers)
 {
-	Datum		values[8] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
-	Int32GetDatum(max_jobs), Int64GetDatum(from_id), pass_over, TimestampTzGetDatum(from_time)};
-	char		nulls[8] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' ',
-	pass_over == (Datum) 0 ? 'n' : ' ', ' '};
+	Datum		values[9] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
+		Int32GetDatum(max_jobs), Int64GetDatum(from_id), pass_over, TimestampTzGetDatum(from_time),
+	levels};
+	char		nulls[9] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' ',
+	pass_over == (Datum) 0 ? 'n' : ' ', ' ', levels == (Datum) 0 ? 'n' : ' '};
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
@@ -537,10 +540,11 @@ store_claim_candidates(const char *scope, Datum operations, bool operations_null
  * jobs (see STMT_CLAIM_FLOOR), from the current snapshot; *time_floor the
  * run time from which they need to search each priority
  * (STMT_CLAIM_TIME_FLOOR; no runnable job: DT_NOEND, every commit that
- * makes one runnable lowers it).
+ * makes one runnable lowers it) and *levels the priorities that have
+ * runnable jobs.
  */
 int64
-store_claim_floor(TimestampTz *time_floor)
+store_claim_floor(TimestampTz *time_floor, ClaimLevels *levels)
 {
 	bool		isnull;
 	int64		floor;
@@ -549,11 +553,23 @@ store_claim_floor(TimestampTz *time_floor)
 	sql_run(STMT_CLAIM_FLOOR, NULL, NULL);
 	floor = sql_column_int64(1, &isnull);
 	*time_floor = DT_NOBEGIN;	/* a 1.1 database: no time floor */
+	levels->n = -1;
 	if (schema_has_flow())
 	{
-		sql_run(STMT_CLAIM_TIME_FLOOR, NULL, NULL);
-		t = sql_column_value(1, &isnull);
-		*time_floor = isnull ? DT_NOEND : DatumGetTimestampTz(t);
+		uint64		n = sql_run(STMT_CLAIM_TIME_FLOOR, NULL, NULL);
+
+		*time_floor = DT_NOEND;
+		levels->n = 0;
+		for (uint64 i = 0; i < n; i++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[i];
+
+			t = SPI_getbinval(tuple, SPI_tuptable->tupdesc, 2, &isnull);
+			if (!isnull && DatumGetTimestampTz(t) < *time_floor)
+				*time_floor = DatumGetTimestampTz(t);
+			claim_levels_add(levels, DatumGetInt16(SPI_getbinval(tuple, SPI_tuptable->tupdesc,
+																 1, &isnull)));
+		}
 	}
 	return floor;
 }

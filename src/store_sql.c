@@ -441,7 +441,11 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  ORDER BY p.priority LIMIT 1)"
 		" FROM levels l WHERE l.priority IS NOT NULL)"
 		/* in each, the jobs already due, by run time then id */
-		" SELECT c.id, c.provider FROM levels lv CROSS JOIN LATERAL ("
+		" SELECT c.id, c.provider FROM ("
+		/* the priorities known to have claimable jobs ($9), else the walk */
+		"  SELECT k.priority FROM pg_catalog.unnest($9) AS k(priority) WHERE $9 IS NOT NULL"
+		"  UNION ALL SELECT l.priority FROM levels l WHERE $9 IS NULL) lv"
+		" CROSS JOIN LATERAL ("
 		"SELECT j.id, j.provider::pg_catalog.text AS provider FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
@@ -472,8 +476,8 @@ static const StatementDef statements[STMT_COUNT] = {
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED) c"
 		" LIMIT $5",
-		8, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
-		TIMESTAMPTZOID},
+		9, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
+		TIMESTAMPTZOID, INT2ARRAYOID},
 		SPI_OK_SELECT, false, false, true
 	},
 	/*
@@ -998,12 +1002,12 @@ static const StatementDef statements[STMT_COUNT] = {
 		"     AND c.provider OPERATOR(pg_catalog.=) $4"
 		"     AND c.revoked_at IS NULL)))"
 		" AND j.id OPERATOR(pg_catalog.>=) $6"
-		" AND ($7 IS NULL OR true) AND ($8 IS NULL OR true)"
+		" AND ($7 IS NULL OR true) AND ($8 IS NULL OR true) AND ($9 IS NULL OR true)"
 		" ORDER BY j.id"
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED",
-		8, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
-		TIMESTAMPTZOID},
+		9, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
+		TIMESTAMPTZOID, INT2ARRAYOID},
 		SPI_OK_SELECT, false
 	},
 	/* STMT_MATCH_JOB in a 1.1 database (no jobs.retries) */
@@ -1024,10 +1028,10 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/*
-	 * The time floor (claim_time_floor()): the earliest run time among the
-	 * jobs not succeeded or cancelled with no open attempt and attempts
-	 * left — the first such in each priority of jobs_run_order, walked as
-	 * STMT_CLAIM_CANDIDATES walks it; NULL when there is none.
+	 * The time floor (claim_time_floor()) and the levels (claim_levels()):
+	 * per priority of jobs_run_order (walked as STMT_CLAIM_CANDIDATES walks
+	 * it) that has jobs not succeeded or cancelled with no open attempt and
+	 * attempts left, the earliest run time among them.
 	 */
 	[STMT_CLAIM_TIME_FLOOR] = {
 		"claim time floor",
@@ -1041,7 +1045,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  AND p.priority OPERATOR(pg_catalog.>) l.priority"
 		"  ORDER BY p.priority LIMIT 1)"
 		" FROM levels l WHERE l.priority IS NOT NULL)"
-		" SELECT pg_catalog.min(f.t) FROM levels lv CROSS JOIN LATERAL ("
+		" SELECT lv.priority, f.t FROM levels lv CROSS JOIN LATERAL ("
 		"SELECT COALESCE(j.not_before, j.created_at) AS t FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"

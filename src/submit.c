@@ -168,7 +168,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		{
 			stats_count(STAT_SUBMITS_CREATED);
 			stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-			claim_work_ready_at(*job_id, submit_run_time(&req));
+			claim_work_ready_at(*job_id, submit_run_time(&req), req.priority);
 			return SUBMIT_CREATED;
 		}
 		if (store_match_job(&req, match))
@@ -206,7 +206,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 					{
 						stats_count(STAT_SUBMITS_CREATED);
 						stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-						claim_work_ready_at(*job_id, submit_run_time(&req));
+						claim_work_ready_at(*job_id, submit_run_time(&req), req.priority);
 						return SUBMIT_CREATED;
 					}
 					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
@@ -543,7 +543,8 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 				claim_work_ready_at(job_ids[i],
 									batch.run_ats != NULL && !batch.run_ats_null[i] ?
 									DatumGetTimestampTz(batch.run_ats[i]) :
-									GetCurrentTransactionStartTimestamp());
+									GetCurrentTransactionStartTimestamp(),
+									priority_values != NULL ? priority_values[i] : 0);
 			}
 			else
 			{

@@ -132,6 +132,24 @@ typedef struct ClaimRequest
 } ClaimRequest;
 
 /*
+ * known_levels: the priorities with claimable jobs as an int2[] for the
+ * candidates statement, or 0 when not known (it walks the index then).
+ */
+static Datum
+known_levels(void)
+{
+	ClaimLevels levels;
+	Datum		elems[CLAIM_MAX_LEVELS];
+
+	if (!claim_levels(&levels))
+		return (Datum) 0;
+	for (int i = 0; i < levels.n; i++)
+		elems[i] = Int16GetDatum(levels.priority[i]);
+	return PointerGetDatum(construct_array(elems, levels.n, INT2OID, sizeof(int16), true,
+										   TYPALIGN_SHORT));
+}
+
+/*
  * claim_within_limits: whether the claim may start an attempt against the
  * provider the job would run on (the claim's provider, else the job's
  * own) within its limits (limits.c: never waits, never errors).  A
@@ -178,6 +196,7 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 												   req->provider_null,
 												   req->max_jobs - claimed,
 												   claim_floor(), claim_time_floor(),
+												   known_levels(),
 												   n_at_limit == 0 ? (Datum) 0 :
 												   PointerGetDatum(construct_array(at_limit, n_at_limit,
 																				   TEXTOID, -1, false,
