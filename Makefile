@@ -29,7 +29,7 @@ REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
 # what make test runs on a database still on 1.1, served by this library:
 # all but the suites of 1.2's own objects (finish_many; security checks
 # 1.2's dump filter of grants) and those that make databases of their own
-REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many flow fast_path,$(JOBGUARD_REGRESS))
+REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many liveness flow fast_path fast_path_rules,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
 JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race flow_in_flight_race flow_reschedule_race flow_retry_race
