@@ -31,12 +31,15 @@
  */
 #include "postgres.h"
 
+#include "access/table.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "utils/builtins.h"
+#include "storage/bufmgr.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
+#include "utils/rel.h"
 #include "utils/timestamp.h"
 
 #include "errcodes.h"
@@ -273,16 +276,30 @@ limits_admit_begun(int64 attempt_id)
 /*
  * limits_put_stats: stats()'s rows provider.<name>.in_flight (open
  * attempts) and provider.<name>.throttled (starts claim passed over for a
- * limit) for each provider with a policy; none in a 1.1 database.
+ * limit) for each provider with a limit; none in a 1.1 database, and
+ * without any limit no table is read (the cache says so).
  */
 void
 limits_put_stats(ReturnSetInfo *rsinfo)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
 
-	if (!OidIsValid(policy_relid()))
+	Oid			relid = policy_relid();
+	Relation	rel;
+	BlockNumber blocks;
+
+	if (!OidIsValid(relid))
+		return;
+	/* a policy table never written: nothing to show, and nothing read */
+	rel = table_open(relid, AccessShareLock);
+	blocks = RelationGetNumberOfBlocks(rel);
+	table_close(rel, AccessShareLock);
+	if (blocks == 0)
 		return;
 	store_connect(&caller);
-	store_provider_flow(rsinfo);
+	if (!cache_valid || relid != cached_relid)
+		load_limited(relid);
+	if (limited_count > 0)
+		store_provider_flow(rsinfo);
 	store_finish(&caller);
 }

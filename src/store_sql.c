@@ -965,13 +965,15 @@ static const StatementDef statements[STMT_COUNT] = {
 		1, {INT8OID},
 		SPI_OK_SELECT, false
 	},
-	/* Per provider with a policy: open attempts, starts throttled (stats()). */
+	/* Per provider with a limit: open attempts, starts throttled (stats()). */
 	[STMT_PROVIDER_FLOW] = {
 		"provider flow",
 		"SELECT p.provider, (SELECT pg_catalog.count(*) FROM jobguard.attempts a"
 		"  WHERE a.provider OPERATOR(pg_catalog.=) p.provider"
 		"  AND a.state IN ('started', 'unknown')), p.throttled"
-		" FROM jobguard.provider_policy p ORDER BY p.provider",
+		" FROM jobguard.provider_policy p"
+		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL"
+		" ORDER BY p.provider",
 		0, {0},
 		SPI_OK_SELECT, true
 	},
