@@ -12,6 +12,10 @@
 #   (c) memory  those 1 million lifecycles run in ONE backend (a procedure
 #               committing after every call, like a worker would): the
 #               backend's memory (pg_backend_memory_contexts) along the way
+#   (d) flow    claim by priority at FLOW_JOBS stored jobs (5 priorities,
+#               20 % scheduled ahead) against an empty table, and the
+#               lifecycle under a never-binding max_in_flight against no
+#               policy (bench/flow.sh)
 #
 # Tunables (environment): GROWTH_JOBS (5000000), GROWTH_LIFECYCLES (1000000),
 # BENCH_SECONDS (5 here), BENCH_ROUNDS (5 here), GROWTH_WARMUP (5 s per
@@ -285,6 +289,9 @@ if [ "$growth_bytes" -le 262144 ]; then
 else
 	say "FAIL: the backend grew by $growth_bytes bytes over $((GROWTH_LIFECYCLES - WARMUP)) lifecycles."
 fi
+
+# (d) flow control: claim order at size, and the cost of a limit
+. "$BENCH/flow.sh"
 
 say ""
 say "Total time of bench/run --growth: $(elapsed)."

@@ -148,7 +148,7 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 	SELECT f::regprocedure FROM unnest(ARRAY[
 		'jobguard.route_owner(text)', 'jobguard.route_id(bigint)',
-		'jobguard.submit(text, text, text, jsonb, text, integer)',
+		'jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer)',
 		'jobguard.begin_attempt(bigint, text, interval, text)',
 		'jobguard.finish_attempt(bigint, jsonb)',
 		'jobguard.fail_attempt(bigint, text, interval)',
@@ -161,8 +161,9 @@ AS $$
 		'jobguard.claim_on_shard(integer, text, text[], interval, integer, text, interval)',
 		'jobguard.claim_in_turn(text, text[], interval, integer, text, interval, integer)',
 		'jobguard.claim(text, text[], interval, integer, text, interval, integer)',
-		'jobguard.submit_many_on_shards(integer[], text[], text[], text[], jsonb[], text[], integer[])',
-		'jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[])',
+		'jobguard.submit_many_on_shards(integer[], text[], text[], text[], jsonb[], text[], integer[], timestamptz[], integer[])',
+		'jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[], timestamptz[], integer[])',
+		'jobguard.reschedule(bigint, timestamptz, integer)',
 		'jobguard.finish_many_on_shards(integer[], bigint[], jsonb[])',
 		'jobguard.finish_many(bigint[], jsonb[])',
 		'jobguard.shard_count()',
@@ -433,3 +434,162 @@ REVOKE EXECUTE ON FUNCTION jobguard.claim_on_shard(integer, text, text[], interv
 	jobguard.claim_unknown(text, text[], integer, interval, interval, integer),
 	jobguard.set_provider_policy_on_shards(text, interval, integer, numeric),
 	jobguard.set_provider_policy(text, interval, integer, numeric) FROM PUBLIC;
+
+---------------------------------------------------------------------------
+-- Flow control: run_at and priority through submit and submit_many;
+-- reschedule and retry_job routed by id.
+---------------------------------------------------------------------------
+
+/*
+ * submit and submit_many take run_at and priority, as on the shards: the
+ * 1.1 functions are replaced (an overload beside them would make every old
+ * call ambiguous), and client_functions() names the new ones.
+ */
+DROP FUNCTION jobguard.submit(text, text, text, jsonb, text, integer);
+CREATE FUNCTION jobguard.submit(owner_id text,
+								idempotency_key text,
+								operation text,
+								params jsonb,
+								provider text,
+								max_attempts integer DEFAULT NULL,
+								run_at timestamptz DEFAULT NULL,
+								priority integer DEFAULT 0,
+								OUT job_id bigint,
+								OUT created boolean)
+RETURNS record
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_owner(owner_id);
+$$;
+
+COMMENT ON FUNCTION jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer) IS 'jobguard.submit on the shard of owner_id';
+
+DROP FUNCTION jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[]);
+DROP FUNCTION jobguard.submit_many_on_shards(integer[], text[], text[], text[], jsonb[], text[], integer[]);
+
+/* submit_many's requests of each shard's owners, in one call per shard */
+CREATE FUNCTION jobguard.submit_many_on_shards(ords integer[], owner_ids text[],
+											   idempotency_keys text[], operations text[],
+											   params jsonb[], providers text[],
+											   max_attempts integer[], run_ats timestamptz[],
+											   priorities integer[])
+RETURNS TABLE (ord integer, job_id bigint, created boolean, sqlstate text, message text)
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	SPLIT ALL;
+	RUN ON jobguard.route_owner(owner_ids);
+	SELECT (ords)[s.ord] AS ord,
+		   s.job_id AS job_id, s.created AS created, s.sqlstate AS sqlstate,
+		   replace(s.message, format('of request %s ', s.ord),
+				   format('of request %s ', (ords)[s.ord])) AS message
+	  FROM jobguard.submit_many(owner_ids, idempotency_keys, operations, params, providers,
+								max_attempts, run_ats, priorities) s;
+$$;
+
+CREATE FUNCTION jobguard.submit_many(owner_ids text[],
+									 idempotency_keys text[],
+									 operations text[],
+									 params jsonb[],
+									 providers text[],
+									 max_attempts integer[] DEFAULT NULL,
+									 run_ats timestamptz[] DEFAULT NULL,
+									 priorities integer[] DEFAULT NULL)
+RETURNS TABLE (ord integer, job_id bigint, created boolean, sqlstate text, message text)
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+	n integer := cardinality(owner_ids);
+	arg record;
+BEGIN
+	FOR arg IN SELECT * FROM (VALUES ('owner_ids', array_ndims(owner_ids), cardinality(owner_ids)),
+									 ('idempotency_keys', array_ndims(idempotency_keys), cardinality(idempotency_keys)),
+									 ('operations', array_ndims(operations), cardinality(operations)),
+									 ('params', array_ndims(params), cardinality(params)),
+									 ('providers', array_ndims(providers), cardinality(providers)),
+									 ('max_attempts', array_ndims(max_attempts), cardinality(max_attempts)),
+									 ('run_ats', array_ndims(run_ats), cardinality(run_ats)),
+									 ('priorities', array_ndims(priorities), cardinality(priorities)))
+							   AS a(name, dims, len)
+	LOOP
+		IF arg.len IS NULL AND arg.name NOT IN ('max_attempts', 'run_ats', 'priorities') THEN
+			RAISE EXCEPTION 'argument "%" of jobguard.submit_many() must not be null', arg.name
+				USING ERRCODE = 'null_value_not_allowed';
+		END IF;
+		IF arg.dims > 1 THEN
+			RAISE EXCEPTION 'argument "%" must be a one-dimensional array', arg.name
+				USING ERRCODE = 'invalid_parameter_value';
+		END IF;
+		IF arg.len <> n THEN
+			RAISE EXCEPTION 'the arrays of jobguard.submit_many() must all have the same length'
+				USING ERRCODE = 'invalid_parameter_value',
+					  DETAIL = format('owner_ids has %s elements, %s %s.', n, arg.name, arg.len);
+		END IF;
+	END LOOP;
+	IF n = 0 THEN
+		RETURN;
+	END IF;
+	RETURN QUERY
+		SELECT s.ord, s.job_id, s.created, s.sqlstate, s.message
+		  FROM jobguard.submit_many_on_shards(ARRAY(SELECT generate_series(1, n)), owner_ids,
+											  idempotency_keys, operations, params, providers,
+											  coalesce(max_attempts, array_fill(NULL::integer, ARRAY[n])),
+											  coalesce(run_ats, array_fill(NULL::timestamptz, ARRAY[n])),
+											  coalesce(priorities, array_fill(NULL::integer, ARRAY[n]))) s
+		 ORDER BY 1;
+END
+$$;
+
+COMMENT ON FUNCTION jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[], timestamptz[], integer[]) IS 'jobguard.submit_many, each request on the shard of its owner, rows back in input order';
+
+CREATE FUNCTION jobguard.reschedule(job_id bigint, run_at timestamptz DEFAULT NULL,
+									priority integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(job_id);
+$$;
+
+COMMENT ON FUNCTION jobguard.reschedule(bigint, timestamptz, integer) IS 'jobguard.reschedule on the shard of job_id';
+
+/* operators only on the shard (the mapped role must be one there) */
+CREATE FUNCTION jobguard.retry_job(job_id bigint, extra_attempts integer DEFAULT 1,
+								   reason text DEFAULT NULL)
+RETURNS void
+LANGUAGE plproxy
+AS $$
+	CLUSTER 'jobguard_shards';
+	RUN ON jobguard.route_id(job_id);
+$$;
+
+COMMENT ON FUNCTION jobguard.retry_job(bigint, integer, text) IS 'jobguard.retry_job on the shard of job_id';
+
+REVOKE EXECUTE ON FUNCTION jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer),
+	jobguard.submit_many_on_shards(integer[], text[], text[], text[], jsonb[], text[], integer[], timestamptz[], integer[]),
+	jobguard.submit_many(text[], text[], text[], jsonb[], text[], integer[], timestamptz[], integer[]),
+	jobguard.reschedule(bigint, timestamptz, integer),
+	jobguard.retry_job(bigint, integer, text) FROM PUBLIC;
+
+/*
+ * The roles grant_client made clients before this update: the functions
+ * of client_functions(), those this update made and those it made again
+ * (a dropped function's rights went with it).
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	r record;
+BEGIN
+	FOR r IN SELECT DISTINCT a.grantee::pg_catalog.regrole::pg_catalog.text AS role
+			   FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+			  WHERE p.oid OPERATOR(pg_catalog.=) 'jobguard.begin_attempt(bigint, text, interval, text)'::pg_catalog.regprocedure
+				AND a.grantee OPERATOR(pg_catalog.<>) p.proowner AND a.grantee OPERATOR(pg_catalog.<>) 0
+	LOOP
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO %s',
+								  (SELECT pg_catalog.string_agg(f::pg_catalog.text, ', ')
+									 FROM jobguard.client_functions() AS f), r.role);
+	END LOOP;
+END
+$$;

@@ -23,11 +23,12 @@ as_root() {
 # and python3-pytest are for the Python client (clients/python) and the
 # random test; pg_auto_failover (the CLI and its extension) and DBD::Pg (its
 # clients use libpq's multi-host connection strings) run the failover test,
-# t/008_failover.pl.
+# t/008_failover.pl; pg_cron runs the periodic-jobs recipe's test,
+# t/020_pg_cron.pl.
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
-		"postgresql-$PG_MAJOR-plproxy" libipc-run-perl python3-psycopg python3-pytest \
+		"postgresql-$PG_MAJOR-plproxy" "postgresql-$PG_MAJOR-cron" libipc-run-perl python3-psycopg python3-pytest \
 		pg-auto-failover-cli "postgresql-$PG_MAJOR-auto-failover" libdbd-pg-perl "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")

@@ -64,12 +64,12 @@ SELECT has_table_privilege('regress_jg_app', 'jobguard.jobs', 'UPDATE') AS updat
 	   has_sequence_privilege('regress_jg_app', 'jobguard.id_seq', 'USAGE') AS use_ids,
 	   has_function_privilege('regress_jg_app', 'jobguard.define_operation(text, jsonb, interval, interval)', 'EXECUTE') AS define_operation,
 	   has_function_privilege('regress_jg_app', 'jobguard.certify_provider(text, text, jsonb)', 'EXECUTE') AS certify_provider,
-	   has_function_privilege('regress_jg_app', 'jobguard.submit(text, text, text, jsonb, text, integer)', 'EXECUTE') AS submit,
+	   has_function_privilege('regress_jg_app', 'jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer)', 'EXECUTE') AS submit,
 	   has_function_privilege('regress_jg_app', 'jobguard.purge_batches(interval, integer)', 'EXECUTE') AS purge_batches,
 	   has_schema_privilege('regress_jg_app', 'jobguard', 'CREATE') AS create_in_schema;
 -- the role gets exactly what a grant function gives, and nothing more
 SELECT jobguard.grant_client('regress_jg_app');
-SELECT has_function_privilege('regress_jg_app', 'jobguard.submit(text, text, text, jsonb, text, integer)', 'EXECUTE') AS submit,
+SELECT has_function_privilege('regress_jg_app', 'jobguard.submit(text, text, text, jsonb, text, integer, timestamptz, integer)', 'EXECUTE') AS submit,
 	   has_function_privilege('regress_jg_app', 'jobguard.define_operation(text, jsonb, interval, interval)', 'EXECUTE') AS define_operation,
 	   has_table_privilege('regress_jg_app', 'jobguard.jobs', 'SELECT') AS read_jobs;
 SELECT jobguard.revoke_client('regress_jg_app');

@@ -18,6 +18,7 @@
 #include "utils/fmgrprotos.h"
 
 #include "args.h"
+#include "limits.h"
 #include "errcodes.h"
 #include "claim_floor.h"
 #include "job_notify.h"
@@ -163,7 +164,10 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 			report_retries_exhausted("begin an attempt of job", job_id);
 		attempt_id = store_begin_attempt(&req);
 		if (attempt_id != 0)
+		{
+			limits_admit_begun(attempt_id);	/* JG010 beyond a provider limit */
 			stats_attempts_begun(1);	/* the gate let it in: the job was pending */
+		}
 		else
 			attempt_id = refused_begin(job_id, scope, userid,
 									   provider_null ? NULL : TextDatumGetCString(provider_arg),

@@ -16,6 +16,9 @@
  * is neither done nor has an open attempt or every attempt used:
  * STMT_CLAIM_FLOOR), and every commit that makes a job runnable lowers it
  * to that job at once, so a claim starts its search where the work is.
+ * claim's order is by priority and run time (jobs_run_order) since 1.2:
+ * there the time floor bounds each priority's search the same way
+ * (claim_time_floor(), computed with STMT_CLAIM_TIME_FLOOR).
  *
  * The same commit wakes the claims waiting for work in its database
  * (claim(wait => ...)), through a condition variable per database.
@@ -34,6 +37,7 @@
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
+#include "utils/timestamp.h"
 
 #include "claim_floor.h"
 
@@ -49,6 +53,9 @@ typedef struct ClaimSlot
 								 * runnable here (claim(wait)) */
 	int64		claim_floor;	/* no claimable job has a lower id (0: not
 								 * known); see claim_floor() */
+	TimestampTz time_floor;		/* no claimable job has an earlier run time
+								 * (DT_NOBEGIN: not known) */
+	ClaimLevels levels;			/* the priorities with claimable jobs */
 	uint64		floor_lowerings;	/* commits that made work runnable */
 } ClaimSlot;
 
@@ -68,6 +75,9 @@ static ClaimSlot *my_slot = NULL;
  */
 static bool work_pending = false;
 static int64 runnable_from = PG_INT64_MAX;
+static TimestampTz runnable_at = DT_NOEND;	/* the earliest run time it made
+											 * runnable */
+static ClaimLevels runnable_levels = {0};	/* the priorities it made runnable */
 static bool callback_registered = false;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -105,6 +115,8 @@ claim_shmem_startup(void)
 			SpinLockInit(&slot->mutex);
 			ConditionVariableInit(&slot->runnable);
 			slot->claim_floor = 0;
+			slot->time_floor = DT_NOBEGIN;
+			slot->levels.n = -1;
 			slot->floor_lowerings = 0;
 		}
 	}
@@ -159,12 +171,56 @@ database_slot(void)
  * published over it (claim_floor_publish).  Runs after the commit is
  * visible.
  */
+/*
+ * claim_levels_add: add a priority to a set of levels (kept ascending);
+ * CLAIM_PRIORITY_UNKNOWN, or one too many, makes the set unknown.
+ */
+void
+claim_levels_add(ClaimLevels *levels, int priority)
+{
+	int			i;
+
+	if (levels->n < 0)
+		return;
+	if (priority == CLAIM_PRIORITY_UNKNOWN)
+	{
+		levels->n = -1;
+		return;
+	}
+	for (i = 0; i < levels->n && levels->priority[i] < priority; i++)
+		;
+	if (i < levels->n && levels->priority[i] == priority)
+		return;
+	if (levels->n == CLAIM_MAX_LEVELS)
+	{
+		levels->n = -1;
+		return;
+	}
+	memmove(&levels->priority[i + 1], &levels->priority[i],
+			sizeof(int16) * (levels->n - i));
+	levels->priority[i] = (int16) priority;
+	levels->n++;
+}
+
+/* levels_merge: add every level of from to into (unknown stays unknown). */
 static void
-lower_claim_floor(ClaimSlot *slot, int64 from_id)
+levels_merge(ClaimLevels *into, const ClaimLevels *from)
+{
+	if (from->n < 0)
+		into->n = -1;
+	for (int i = 0; i < from->n && into->n >= 0; i++)
+		claim_levels_add(into, from->priority[i]);
+}
+
+static void
+lower_claim_floor(ClaimSlot *slot, int64 from_id, TimestampTz from_time)
 {
 	SpinLockAcquire(&slot->mutex);
+	levels_merge(&slot->levels, &runnable_levels);
 	if (slot->claim_floor > from_id)
 		slot->claim_floor = from_id;
+	if (slot->time_floor > from_time)
+		slot->time_floor = from_time;
 	slot->floor_lowerings++;
 	SpinLockRelease(&slot->mutex);
 }
@@ -181,16 +237,20 @@ claim_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_COMMIT:
 			if (work_pending && my_slot != NULL)
 			{
-				lower_claim_floor(my_slot, runnable_from);
+				lower_claim_floor(my_slot, runnable_from, runnable_at);
 				ConditionVariableBroadcast(&my_slot->runnable);
 			}
 			work_pending = false;
 			runnable_from = PG_INT64_MAX;
+			runnable_at = DT_NOEND;
+			runnable_levels.n = 0;
 			break;
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PREPARE:
 			work_pending = false;
 			runnable_from = PG_INT64_MAX;
+			runnable_at = DT_NOEND;
+			runnable_levels.n = 0;
 			break;
 		default:
 			break;
@@ -209,6 +269,18 @@ claim_xact_callback(XactEvent event, void *arg)
 void
 claim_work_ready(int64 job_id)
 {
+	claim_work_ready_at(job_id, DT_NOBEGIN, CLAIM_PRIORITY_UNKNOWN);
+}
+
+/*
+ * claim_work_ready_at: claim_work_ready() of a job whose run time (run_at,
+ * not_before, else its creation) and priority are known: the time floor
+ * goes down to it, not to the beginning of time, and the priority joins
+ * the known levels (CLAIM_PRIORITY_UNKNOWN: they are not known any more).
+ */
+void
+claim_work_ready_at(int64 job_id, TimestampTz run_time, int priority)
+{
 	if (database_slot() == NULL)
 		return;
 	if (!callback_registered)
@@ -218,6 +290,27 @@ claim_work_ready(int64 job_id)
 	}
 	work_pending = true;
 	runnable_from = Min(runnable_from, job_id);
+	runnable_at = Min(runnable_at, run_time);
+	claim_levels_add(&runnable_levels, priority);
+}
+
+/*
+ * claim_levels: the priorities that have claimable jobs in this database
+ * (false when not known): claim walks them in jobs_run_order without
+ * looking for them there, where the dead entries of finished jobs lie at
+ * the start of each priority.
+ */
+bool
+claim_levels(ClaimLevels *levels)
+{
+	ClaimSlot  *slot = database_slot();
+
+	if (slot == NULL)
+		return false;
+	SpinLockAcquire(&slot->mutex);
+	*levels = slot->levels;
+	SpinLockRelease(&slot->mutex);
+	return levels->n >= 0;
 }
 
 /*
@@ -235,6 +328,30 @@ claim_floor(void)
 		return 0;
 	SpinLockAcquire(&slot->mutex);
 	floor = slot->claim_floor;
+	SpinLockRelease(&slot->mutex);
+	return floor;
+}
+
+/*
+ * claim_time_floor: the earliest run time a claim in this database needs
+ * to look at, in each priority of claim's order (jobs_run_order): no
+ * claimable job's run time is earlier, short of work committed this very
+ * moment.  The successor of the id floor for that order: the entries of
+ * finished jobs, dead until VACUUM, are the earliest of each priority.
+ * DT_NOBEGIN when not known (without shared memory, before the sweeper
+ * computed it, or after a commit made runnable a job whose run time it
+ * did not say).
+ */
+TimestampTz
+claim_time_floor(void)
+{
+	ClaimSlot  *slot = database_slot();
+	TimestampTz floor;
+
+	if (slot == NULL)
+		return DT_NOBEGIN;
+	SpinLockAcquire(&slot->mutex);
+	floor = slot->time_floor;
 	SpinLockRelease(&slot->mutex);
 	return floor;
 }
@@ -265,7 +382,8 @@ claim_floor_lowerings(void)
  * floor then only goes down (the next computation raises it).
  */
 void
-claim_floor_publish(int64 floor, uint64 lowerings_before)
+claim_floor_publish(int64 floor, TimestampTz time_floor, const ClaimLevels *levels,
+					uint64 lowerings_before)
 {
 	ClaimSlot  *slot = database_slot();
 
@@ -273,9 +391,19 @@ claim_floor_publish(int64 floor, uint64 lowerings_before)
 		return;
 	SpinLockAcquire(&slot->mutex);
 	if (slot->floor_lowerings == lowerings_before)
+	{
 		slot->claim_floor = floor;
-	else if (slot->claim_floor > floor)
-		slot->claim_floor = floor;
+		slot->time_floor = time_floor;
+		slot->levels = *levels;
+	}
+	else
+	{
+		levels_merge(&slot->levels, levels);
+		if (slot->claim_floor > floor)
+			slot->claim_floor = floor;
+		if (slot->time_floor > time_floor)
+			slot->time_floor = time_floor;
+	}
 	SpinLockRelease(&slot->mutex);
 }
 

@@ -35,5 +35,7 @@
 #define ERRCODE_JG_JOB_NOT_FOUND			MAKE_SQLSTATE('J','G','0','0','8')
 /* no attempt with that id */
 #define ERRCODE_JG_ATTEMPT_NOT_FOUND		MAKE_SQLSTATE('J','G','0','0','9')
+/* a start beyond the provider's max_in_flight or max_per_second */
+#define ERRCODE_JG_PROVIDER_BUSY			MAKE_SQLSTATE('J','G','0','1','0')
 
 #endif							/* JOBGUARD_ERRCODES_H */

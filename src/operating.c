@@ -20,6 +20,7 @@
 #include "utils/snapmgr.h"
 
 #include "args.h"
+#include "limits.h"
 #include "notify_worker.h"
 #include "metrics.h"
 #include "schema_level.h"
@@ -366,6 +367,8 @@ jobguard_stats(PG_FUNCTION_ARGS)
 			nulls[1] = true;
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+	/* per provider with a policy: open attempts, starts throttled */
+	limits_put_stats(rsinfo);
 	return (Datum) 0;
 }
 

@@ -56,6 +56,7 @@
 #include "utils/builtins.h"
 #include "utils/datum.h"
 #include "utils/fmgroids.h"
+#include "utils/jsonb.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 
@@ -83,7 +84,13 @@ insert_job(const SubmitRequest *req, int64 *job_id)
 	rows_new_row_start(&w);
 	for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
 		rows_set(&w, a[submit_job_column[c]], req->values[c], req->nulls[c]);
-	/* id, version and created_at: the columns' defaults, as in SQL */
+	/* the schedule: run_at into not_before, the priority */
+	if (submit_is_scheduled(req))
+	{
+		rows_set(&w, a[JOB_NOT_BEFORE], req->run_at, !req->has_run_at);
+		rows_set(&w, a[JOB_PRIORITY], Int16GetDatum(req->priority), false);
+	}
+	/* id, version and created_at (and an unset schedule): the defaults, as in SQL */
 	inserted = rows_insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 	if (inserted)
 		*job_id = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
@@ -121,6 +128,10 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 		rows_set(&w, a[JOB_PROVIDER], batch->providers[i], false);
 		rows_set(&w, a[JOB_MAX_ATTEMPTS], batch->max_attempts[i], batch->max_attempts_null[i]);
 		rows_set(&w, a[JOB_SCOPE], scope, false);
+		if (batch->run_ats != NULL)
+			rows_set(&w, a[JOB_NOT_BEFORE], batch->run_ats[i], batch->run_ats_null[i]);
+		if (batch->priorities != NULL)
+			rows_set(&w, a[JOB_PRIORITY], Int16GetDatum(batch->priorities[i]), false);
 		inserted[i] = rows_insert_unless_conflict(&w, cat->jobs_arbiters, snap);
 		if (inserted[i])
 			job_ids[i] = DatumGetInt64(w.new_row->tts_values[a[JOB_ID] - 1]);
@@ -128,6 +139,29 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 	}
 	rows_writer_close(&w);
 	rows_end_statement();
+}
+
+/*
+ * requested_max_attempts: the max_attempts a job was submitted with.
+ * retry_job raises the stored one, and records in retries (a jsonb array)
+ * each raise's max_attempts_before: the first is the request's, which a
+ * replay is compared with (as STMT_MATCH_JOB does).
+ */
+static int32
+requested_max_attempts(Datum retries, int32 stored)
+{
+	Jsonb	   *jb = DatumGetJsonbP(retries);
+	JsonbValue *first;
+	JsonbValue	field;
+
+	if (!JB_ROOT_IS_ARRAY(jb) ||
+		(first = getIthJsonbValueFromContainer(&jb->root, 0)) == NULL ||
+		first->type != jbvBinary ||
+		getKeyJsonValueFromContainer(first->val.binary.data, "max_attempts_before",
+									 strlen("max_attempts_before"), &field) == NULL ||
+		field.type != jbvNumeric)
+		return stored;
+	return DatumGetInt32(DirectFunctionCall1(numeric_int4, NumericGetDatum(field.val.numeric)));
 }
 
 /*
@@ -165,6 +199,15 @@ match_job(const SubmitRequest *req, SubmitMatch *match)
 																	rows_col(slot, a[JOB_PROVIDER], &isnull),
 																	req->values[SUBMIT_PROVIDER]));
 		stored_max = rows_col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
+		if (!isnull)
+		{
+			bool		no_retries;
+			Datum		retries = rows_col(slot, a[JOB_RETRIES], &no_retries);
+
+			if (!no_retries)
+				stored_max = Int32GetDatum(requested_max_attempts(retries,
+																  DatumGetInt32(stored_max)));
+		}
 		match->same_max_attempts = isnull ? req->nulls[SUBMIT_MAX_ATTEMPTS] :
 			(!req->nulls[SUBMIT_MAX_ATTEMPTS] &&
 			 DatumGetInt32(stored_max) == DatumGetInt32(req->values[SUBMIT_MAX_ATTEMPTS]));

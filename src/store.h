@@ -29,6 +29,8 @@
 #include "store_rows.h"
 #include "security.h"
 
+struct ClaimLevels;				/* claim_floor.h */
+
 /* store_dispatch.c: the connection a call works in, and the hot calls */
 extern void store_connect(SavedIdentity *caller);
 extern void store_finish(const SavedIdentity *caller);
@@ -64,8 +66,21 @@ extern bool store_retry_policy(int64 job_id, Interval *backoff, Interval *max, b
 extern void store_set_not_before(int64 job_id, const Interval *delay);
 extern int	store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 								   TimestampTz now, Datum provider, bool provider_null,
-								   int max_jobs, int64 from_id, int64 *ids);
-extern int64 store_claim_floor(void);
+								   int max_jobs, int64 from_id, TimestampTz from_time,
+								   Datum levels, Datum pass_over,
+								   int64 *ids, char **providers);
+extern int64 store_claim_floor(TimestampTz *time_floor, struct ClaimLevels *levels);
+extern void store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
+							 bool priority_null);
+extern char **store_limited_providers(int *count);
+extern bool store_lock_policy(const char *provider, bool skip_locked, ProviderLimits *limits);
+extern int64 store_open_attempts(const char *provider);
+extern void store_record_start(const char *provider, double tokens, TimestampTz at);
+extern void store_count_throttled(const char *provider);
+extern char *store_attempt_provider(int64 attempt_id);
+extern void store_provider_flow(ReturnSetInfo *rsinfo);
+extern void store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null,
+							Datum retried_by);
 extern void store_put_claimed(const int64 *ids, const bool *redrives, int count,
 							  ReturnSetInfo *rsinfo);
 

@@ -43,7 +43,9 @@
 	X(JOB_SCOPE, "scope", TEXTOID) \
 	X(JOB_PREVIOUS_JOB_ID, "previous_job_id", INT8OID) \
 	X(JOB_REPLACED_AT, "replaced_at", TIMESTAMPTZOID) \
-	X(JOB_NOT_BEFORE, "not_before", TIMESTAMPTZOID)
+	X(JOB_NOT_BEFORE, "not_before", TIMESTAMPTZOID) \
+	X(JOB_PRIORITY, "priority", INT2OID) \
+	X(JOB_RETRIES, "retries", JSONBOID)
 
 /* jobguard.attempts */
 #define ATTEMPTS_COLUMNS(X) \

@@ -23,6 +23,8 @@
 #include "utils/builtins.h"
 
 #include "schema_level.h"
+#include "claim_floor.h"
+#include "limits.h"
 #include "store.h"
 #include "store_backend.h"
 #include "store_sql.h"
@@ -59,7 +61,21 @@ sql_insert_job(const SubmitRequest *req, int64 *job_id)
 	bool		isnull;
 
 	submit_nulls(req, nulls);
-	if (sql_run(STMT_INSERT_JOB, (Datum *) req->values, nulls) == 0)
+	if (submit_is_scheduled(req))
+	{
+		Datum		values[SUBMIT_COLUMN_COUNT + 2];
+		char		nulls_at[SUBMIT_COLUMN_COUNT + 2];
+
+		memcpy(values, req->values, sizeof(req->values));
+		memcpy(nulls_at, nulls, sizeof(nulls));
+		values[SUBMIT_COLUMN_COUNT] = req->run_at;
+		nulls_at[SUBMIT_COLUMN_COUNT] = req->has_run_at ? ' ' : 'n';
+		values[SUBMIT_COLUMN_COUNT + 1] = Int16GetDatum(req->priority);
+		nulls_at[SUBMIT_COLUMN_COUNT + 1] = ' ';
+		if (sql_run(STMT_INSERT_JOB_AT, values, nulls_at) == 0)
+			return false;
+	}
+	else if (sql_run(STMT_INSERT_JOB, (Datum *) req->values, nulls) == 0)
 		return false;
 	*job_id = sql_column_int64(1, &isnull);
 	return true;
@@ -86,9 +102,10 @@ same_text(Datum a, Datum b)
 static void
 sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 {
-	Datum		values[SUBMIT_COLUMN_COUNT + 1];
-	char		nulls[SUBMIT_COLUMN_COUNT + 1];
+	Datum		values[SUBMIT_COLUMN_COUNT + 3];
+	char		nulls[SUBMIT_COLUMN_COUNT + 3];
 	Datum	   *wanted = palloc(sizeof(Datum) * Max(batch->count, 1));
+	bool		scheduled = batch_is_scheduled(batch);
 	uint64		n;
 	int			row = 0;
 
@@ -106,7 +123,15 @@ sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_i
 	values[SUBMIT_COLUMN_COUNT] = PointerGetDatum(construct_array(wanted, batch->count, BOOLOID,
 																  sizeof(bool), true,
 																  TYPALIGN_CHAR));
-	n = sql_run(STMT_INSERT_JOBS, values, nulls);
+	/* a schedule: the 1.2 statement, the run times and priorities beside */
+	if (scheduled)
+	{
+		values[SUBMIT_COLUMN_COUNT + 1] = batch->run_at_array;
+		nulls[SUBMIT_COLUMN_COUNT + 1] = batch->run_at_array == (Datum) 0 ? 'n' : ' ';
+		values[SUBMIT_COLUMN_COUNT + 2] = batch->priority_array;
+		nulls[SUBMIT_COLUMN_COUNT + 2] = batch->priority_array == (Datum) 0 ? 'n' : ' ';
+	}
+	n = sql_run(scheduled ? STMT_INSERT_JOBS_AT : STMT_INSERT_JOBS, values, nulls);
 
 	/*
 	 * RETURNING gives the inserted rows in the order they were inserted,
@@ -144,7 +169,8 @@ sql_match_job(const SubmitRequest *req, SubmitMatch *match)
 	bool		isnull;
 
 	submit_nulls(req, nulls);
-	if (sql_run(STMT_MATCH_JOB, (Datum *) req->values, nulls) == 0)
+	if (sql_run(schema_has_flow() ? STMT_MATCH_JOB : STMT_MATCH_JOB_1_1,
+				(Datum *) req->values, nulls) == 0)
 		return false;
 	match->job_id = sql_column_int64(1, &isnull);
 	match->same_operation = sql_column_bool(2);
@@ -189,15 +215,21 @@ store_replace_ended_job(int64 job_id)
 bool
 store_insert_next_job(const SubmitRequest *req, int64 previous_job_id, int64 *job_id)
 {
-	Datum		values[SUBMIT_COLUMN_COUNT + 1];
-	char		nulls[SUBMIT_COLUMN_COUNT + 1];
+	Datum		values[SUBMIT_COLUMN_COUNT + 3];
+	char		nulls[SUBMIT_COLUMN_COUNT + 3];
 	bool		isnull;
 
 	memcpy(values, req->values, sizeof(req->values));
 	values[SUBMIT_COLUMN_COUNT] = Int64GetDatum(previous_job_id);
 	submit_nulls(req, nulls);
 	nulls[SUBMIT_COLUMN_COUNT] = ' ';
-	if (sql_run(STMT_INSERT_NEXT_JOB, values, nulls) == 0)
+	/* the new job takes this request's schedule */
+	values[SUBMIT_COLUMN_COUNT + 1] = req->run_at;
+	nulls[SUBMIT_COLUMN_COUNT + 1] = req->has_run_at ? ' ' : 'n';
+	values[SUBMIT_COLUMN_COUNT + 2] = Int16GetDatum(req->priority);
+	nulls[SUBMIT_COLUMN_COUNT + 2] = ' ';
+	if (sql_run(submit_is_scheduled(req) ? STMT_INSERT_NEXT_JOB_AT : STMT_INSERT_NEXT_JOB,
+				values, nulls) == 0)
 		return false;
 	*job_id = sql_column_int64(1, &isnull);
 	return true;
@@ -477,44 +509,79 @@ store_set_not_before(int64 job_id, const Interval *delay)
 
 /*
  * store_claim_candidates: lock up to max_jobs runnable jobs of the scope
- * (NULL: any) with ids from from_id on, oldest first, skipping those
- * locked by anyone else (see
- * STMT_CLAIM_CANDIDATES); their ids go to ids[], the count is returned.
- * operations NULL: any operation; provider NULL: each job's own.
+ * (NULL: any) with ids from from_id on and run times from from_time on
+ * (the claim floors), in claim order (levels: the priorities to walk, an
+ * int2[], 0 to find them in the index), skipping those
+ * locked by anyone else and those of the providers in pass_over (a text[],
+ * 0: none) (see STMT_CLAIM_CANDIDATES); their ids go to ids[] and their
+ * own providers to providers[] (in the caller's context), the count is
+ * returned.  operations NULL: any operation; provider NULL: each job's own.
  */
 int
 store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 					   TimestampTz now, Datum provider, bool provider_null,
-					   int max_jobs, int64 from_id, int64 *ids)
+					   int max_jobs, int64 from_id, TimestampTz from_time,
+					   Datum levels, Datum pass_over, int64 *ids, char **providers)
 {
-	Datum		values[6] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
-	Int32GetDatum(max_jobs), Int64GetDatum(from_id)};
-	char		nulls[6] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' '};
+	Datum		values[9] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
+		Int32GetDatum(max_jobs), Int64GetDatum(from_id), pass_over, TimestampTzGetDatum(from_time),
+	levels};
+	char		nulls[9] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' ',
+	pass_over == (Datum) 0 ? 'n' : ' ', ' ', levels == (Datum) 0 ? 'n' : ' '};
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
-	n = sql_run(STMT_CLAIM_CANDIDATES, values, nulls);
+	n = sql_run(schema_has_flow() ? STMT_CLAIM_CANDIDATES : STMT_CLAIM_CANDIDATES_1_1,
+				values, nulls);
 	for (uint64 i = 0; i < n; i++)
 	{
 		bool		isnull;
 
 		ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc,
 											 1, &isnull));
+		providers[i] = store_keep_string(SPI_getvalue(SPI_tuptable->vals[i],
+													  SPI_tuptable->tupdesc, 2));
 	}
 	return (int) n;
 }
 
 /*
  * store_claim_floor: the id from which claims need to search for runnable
- * jobs (see STMT_CLAIM_FLOOR), from the current snapshot.
+ * jobs (see STMT_CLAIM_FLOOR), from the current snapshot; *time_floor the
+ * run time from which they need to search each priority
+ * (STMT_CLAIM_TIME_FLOOR; no runnable job: DT_NOEND, every commit that
+ * makes one runnable lowers it) and *levels the priorities that have
+ * runnable jobs.
  */
 int64
-store_claim_floor(void)
+store_claim_floor(TimestampTz *time_floor, ClaimLevels *levels)
 {
 	bool		isnull;
+	int64		floor;
+	Datum		t;
 
 	sql_run(STMT_CLAIM_FLOOR, NULL, NULL);
-	return sql_column_int64(1, &isnull);
+	floor = sql_column_int64(1, &isnull);
+	*time_floor = DT_NOBEGIN;	/* a 1.1 database: no time floor */
+	levels->n = -1;
+	if (schema_has_flow())
+	{
+		uint64		n = sql_run(STMT_CLAIM_TIME_FLOOR, NULL, NULL);
+
+		*time_floor = DT_NOEND;
+		levels->n = 0;
+		for (uint64 i = 0; i < n; i++)
+		{
+			HeapTuple	tuple = SPI_tuptable->vals[i];
+
+			t = SPI_getbinval(tuple, SPI_tuptable->tupdesc, 2, &isnull);
+			if (!isnull && DatumGetTimestampTz(t) < *time_floor)
+				*time_floor = DatumGetTimestampTz(t);
+			claim_levels_add(levels, DatumGetInt16(SPI_getbinval(tuple, SPI_tuptable->tupdesc,
+																 1, &isnull)));
+		}
+	}
+	return floor;
 }
 
 /*
@@ -707,3 +774,148 @@ const StoreBackend sql_backend = {
 	.read_for_finish = sql_read_for_finish,
 	.claim_and_swap = sql_claim_and_swap,
 };
+
+/*
+ * store_reschedule: a new run time (into not_before) and priority of a job
+ * the caller holds locked; a NULL part is left as it is.
+ */
+void
+store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
+				 bool priority_null)
+{
+	Datum		values[3] = {Int64GetDatum(job_id), run_at, Int16GetDatum(priority)};
+	char		nulls[3] = {' ', run_at_null ? 'n' : ' ', priority_null ? 'n' : ' '};
+
+	sql_run(STMT_RESCHEDULE, values, nulls);
+}
+
+/*
+ * store_retry_job: a failed job the caller holds locked gets extra more
+ * attempts and may run at once; the retry is recorded in its retries.
+ */
+void
+store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null, Datum retried_by)
+{
+	Datum		values[4] = {Int64GetDatum(job_id), Int32GetDatum(extra), reason, retried_by};
+	char		nulls[4] = {' ', ' ', reason_null ? 'n' : ' ', ' '};
+
+	if (sql_run(STMT_RETRY_JOB, values, nulls) != 1)
+		elog(ERROR, "jobguard: job %lld vanished under its lock", (long long) job_id);
+}
+
+/*
+ * store_limited_providers: the providers that have a limit, in memory the
+ * caller's context owns (outlives the store connection); *count of them.
+ */
+char	  **
+store_limited_providers(int *count)
+{
+	uint64		n = sql_run(STMT_LIMITED_PROVIDERS, NULL, NULL);
+	char	  **names = SPI_palloc(sizeof(char *) * Max(n, 1));
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+
+		names[i] = SPI_palloc(strlen(name) + 1);
+		strcpy(names[i], name);
+	}
+	*count = (int) n;
+	return names;
+}
+
+/*
+ * store_lock_policy: lock provider's policy row (skip_locked: unless
+ * another transaction holds it) and read its limits; false when there is
+ * no row with a limit, or (skip_locked) it is held.
+ */
+bool
+store_lock_policy(const char *provider, bool skip_locked, ProviderLimits *limits)
+{
+	Datum		values[1] = {CStringGetTextDatum(provider)};
+	bool		isnull;
+	Datum		d;
+
+	if (sql_run(skip_locked ? STMT_LOCK_POLICY_SKIP : STMT_LOCK_POLICY, values, NULL) == 0)
+		return false;
+	d = sql_column_value(1, &isnull);
+	limits->max_in_flight = isnull ? 0 : DatumGetInt32(d);
+	d = sql_column_value(2, &isnull);
+	limits->max_per_second = isnull ? 0 : DatumGetFloat8(d);
+	d = sql_column_value(3, &isnull);
+	limits->has_tokens = !isnull;
+	limits->tokens = isnull ? 0 : DatumGetFloat8(d);
+	d = sql_column_value(4, &isnull);
+	limits->tokens_at = isnull ? 0 : DatumGetTimestampTz(d);
+	limits->has_tokens &= !isnull;
+	limits->now = DatumGetTimestampTz(sql_column_value(5, &isnull));
+	return true;
+}
+
+/* store_open_attempts: how many attempts against provider are open. */
+int64
+store_open_attempts(const char *provider)
+{
+	Datum		values[1] = {CStringGetTextDatum(provider)};
+	bool		isnull;
+
+	sql_run(STMT_OPEN_ATTEMPTS, values, NULL);
+	return sql_column_int64(1, &isnull);
+}
+
+/* store_record_start: a start against provider: its bucket now. */
+void
+store_record_start(const char *provider, double tokens, TimestampTz at)
+{
+	Datum		values[3] = {CStringGetTextDatum(provider), Float8GetDatum(tokens),
+	TimestampTzGetDatum(at)};
+
+	sql_run(STMT_RECORD_START, values, NULL);
+}
+
+/* store_count_throttled: claim passed over a start for provider's limit. */
+void
+store_count_throttled(const char *provider)
+{
+	Datum		values[1] = {CStringGetTextDatum(provider)};
+
+	sql_run(STMT_COUNT_THROTTLED, values, NULL);
+}
+
+/* store_attempt_provider: the provider of an attempt (it exists). */
+char *
+store_attempt_provider(int64 attempt_id)
+{
+	Datum		values[1] = {Int64GetDatum(attempt_id)};
+
+	if (sql_run(STMT_ATTEMPT_PROVIDER, values, NULL) != 1)
+		elog(ERROR, "jobguard: attempt %lld vanished", (long long) attempt_id);
+	return sql_column_text(1);
+}
+
+/*
+ * store_provider_flow: stats()'s rows provider.<name>.in_flight and
+ * provider.<name>.throttled for every provider with a policy.
+ */
+void
+store_provider_flow(ReturnSetInfo *rsinfo)
+{
+	uint64		n = sql_run(STMT_PROVIDER_FLOW, NULL, NULL);
+
+	for (uint64 i = 0; i < n; i++)
+	{
+		HeapTuple	tuple = SPI_tuptable->vals[i];
+		TupleDesc	desc = SPI_tuptable->tupdesc;
+		char	   *name = SPI_getvalue(tuple, desc, 1);
+		bool		isnull;
+		Datum		values[2];
+		bool		nulls[2] = {false, false};
+
+		values[0] = CStringGetTextDatum(psprintf("provider.%s.in_flight", name));
+		values[1] = SPI_getbinval(tuple, desc, 2, &isnull);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		values[0] = CStringGetTextDatum(psprintf("provider.%s.throttled", name));
+		values[1] = SPI_getbinval(tuple, desc, 3, &isnull);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+}

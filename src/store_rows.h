@@ -132,7 +132,18 @@ typedef struct SubmitRequest
 {
 	Datum		values[SUBMIT_COLUMN_COUNT];
 	bool		nulls[SUBMIT_COLUMN_COUNT];
+	/*
+	 * The schedule: not part of the request's identity (a replay never
+	 * compares nor changes it), written by an insert only.  Zeroed: no
+	 * run_at (runnable at once), priority 0 — what a 1.1 submit writes.
+	 */
+	bool		has_run_at;
+	Datum		run_at;			/* timestamptz, into not_before */
+	int16		priority;
 } SubmitRequest;
+
+/* submit_is_scheduled: whether a submit sets run_at or a priority. */
+#define submit_is_scheduled(req) ((req)->has_run_at || (req)->priority != 0)
 
 /*
  * One begin of an attempt (begin_attempt, or a claim): the job, in the
@@ -171,6 +182,30 @@ typedef struct JobBatch
 	const bool *skip;
 	Datum		arrays[SUBMIT_SCOPE];	/* the arrays given, by SubmitColumn
 										 * (max_attempts: 0 if none) */
+	/* the schedule (see SubmitRequest); NULL / 0 when not given */
+	const Datum *run_ats;
+	const bool *run_ats_null;
+	const int16 *priorities;
+	Datum		run_at_array;	/* timestamptz[] as given */
+	Datum		priority_array; /* smallint[], one per row */
 } JobBatch;
+
+/* batch_is_scheduled: whether a batch sets run_at or a priority. */
+#define batch_is_scheduled(b) ((b)->run_ats != NULL || (b)->priorities != NULL)
+
+/*
+ * A provider's limits as a start reads them, its policy row locked:
+ * max_in_flight (0: none), max_per_second (0: none) and the token bucket
+ * (has_tokens false: full), with the clock read after the lock.
+ */
+typedef struct ProviderLimits
+{
+	int32		max_in_flight;
+	double		max_per_second;
+	bool		has_tokens;
+	double		tokens;
+	TimestampTz tokens_at;
+	TimestampTz now;
+} ProviderLimits;
 
 #endif							/* JOBGUARD_STORE_ROWS_H */

@@ -22,11 +22,12 @@
 #include "utils/guc.h"
 #include "utils/plancache.h"
 #include "utils/resowner.h"
+#include "utils/snapmgr.h"
 
 #include "schema_level.h"
 #include "store_sql.h"
 
-#define MAX_STATEMENT_ARGS 8
+#define MAX_STATEMENT_ARGS 10
 
 /*
  * A job's state from the stored attempt states (a started attempt past its
@@ -96,6 +97,11 @@ typedef struct StatementDef
 	int			expected_rc;
 	bool		read_only;		/* run with the caller's snapshot */
 	bool		whole_tables;	/* reads whole tables: no index-only planning */
+	bool		index_order;	/* also planned without sorts or bitmap scans:
+								 * read in an index's order, cut short by its
+								 * LIMIT */
+	bool		latest_snapshot;	/* run with the latest snapshot, whatever
+									 * the isolation level */
 } StatementDef;
 
 /* The columns every attempt query returns (ATTEMPT_ROW_COLUMNS, store_sql.h). */
@@ -123,35 +129,6 @@ StaticAssertDecl(SUBMIT_COLUMN_COUNT == 7 && SUBMIT_SCOPE == 6 && SUBMIT_OPERATI
  * with T, the counting column (TRIES_1_2 or TRIES_1_1; for the purge
  * and the replacement, the count: USED_1_2 or USED_1_1).
  */
-#define CLAIM_CANDIDATES_DEF(T) { \
-		"claim candidates", \
-		"SELECT j.id FROM jobguard.jobs j" \
-		" LEFT JOIN LATERAL (" \
-		"  SELECT l.attempt_no, l.state, " T("l") " AS tries FROM jobguard.attempts l" \
-		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id" \
-		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true" \
-		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL" \
-		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)" \
-		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))" \
-		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)" \
-		" AND (last.state IS NULL" \
-		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))" \
-		" AND (j.max_attempts IS NULL" \
-		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)" \
-		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4" \
-		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])" \
-		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c" \
-		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation" \
-		"     AND c.provider OPERATOR(pg_catalog.=) $4" \
-		"     AND c.revoked_at IS NULL)))" \
-		" AND j.id OPERATOR(pg_catalog.>=) $6" \
-		" ORDER BY j.id" \
-		" LIMIT $5" \
-		" FOR NO KEY UPDATE OF j SKIP LOCKED", \
-		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID}, \
-		SPI_OK_SELECT, false \
-}
-
 #define CLAIM_FLOOR_DEF(T) { \
 		"claim floor", \
 		"SELECT COALESCE((SELECT j.id FROM jobguard.jobs j" \
@@ -354,7 +331,10 @@ static const StatementDef statements[STMT_COUNT] = {
 		" j.operation OPERATOR(pg_catalog.=) $3,"
 		" j.params OPERATOR(pg_catalog.=) $4,"
 		" j.provider OPERATOR(pg_catalog.=) $5,"
-		" COALESCE(j.max_attempts OPERATOR(pg_catalog.=) $6,"
+		/* as submitted: retry_job raises it, recording the request's first */
+		" COALESCE(COALESCE((j.retries OPERATOR(pg_catalog.->) 0"
+		"   OPERATOR(pg_catalog.->>) 'max_attempts_before')::pg_catalog.int4,"
+		"   j.max_attempts) OPERATOR(pg_catalog.=) $6,"
 		"          j.max_attempts IS NULL AND $6 IS NULL)"
 		" FROM jobguard.jobs j"
 		" WHERE j.scope OPERATOR(pg_catalog.=) $7"
@@ -601,12 +581,16 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_UPDATE, false
 	},
 	/*
-	 * The runnable jobs claim() may begin, oldest first, at most $5, each
+	 * The runnable jobs claim() may begin, at most $5, in claim order
+	 * (priority, then run time: run_at or a backoff's not_before, else
+	 * creation; then id), each
 	 * locked so that no other claim takes it: SKIP LOCKED passes over the
 	 * jobs a concurrent claim (or finish, or cancel) holds instead of
 	 * waiting for them.  Runnable: not succeeded or cancelled (the partial
-	 * index jobs_claim_order holds just those), no open attempt, attempts
-	 * left, not_before passed ($3), of scope $1 (NULL: any) and of an
+	 * index jobs_run_order holds just those, in claim order: the priorities
+	 * present are walked one index descent each, and in each only the range
+	 * already due is read), no open attempt, attempts
+	 * left, run time passed ($3), of scope $1 (NULL: any) and of an
 	 * operation in $2 (NULL: any), from id $6 on (the claim floor: no job
 	 * with a lower id is claimable; see claim_floor()).  A
 	 * provider $4 runs the jobs that are
@@ -620,7 +604,59 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * otherwise read it whole for every job it passes over once it has
 	 * grown; and planning it at every run costs more than running it.
 	 */
-	[STMT_CLAIM_CANDIDATES] = CLAIM_CANDIDATES_DEF(TRIES_1_2),
+	[STMT_CLAIM_CANDIDATES] = {
+		"claim candidates",
+		/* the priorities present among the jobs not succeeded or cancelled */
+		"WITH RECURSIVE levels(priority) AS ("
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  ORDER BY p.priority LIMIT 1)"
+		" UNION ALL"
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  AND p.priority OPERATOR(pg_catalog.>) l.priority"
+		"  ORDER BY p.priority LIMIT 1)"
+		" FROM levels l WHERE l.priority IS NOT NULL)"
+		/* in each, the jobs already due, by run time then id */
+		" SELECT c.id, c.provider FROM ("
+		/* the priorities known to have claimable jobs ($9), else the walk */
+		"  SELECT k.priority FROM pg_catalog.unnest($9) AS k(priority) WHERE $9 IS NOT NULL"
+		"  UNION ALL SELECT l.priority FROM levels l WHERE $9 IS NULL) lv"
+		" CROSS JOIN LATERAL ("
+		"SELECT j.id, j.provider::pg_catalog.text AS provider FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state, " TRIES_1_2("l") " AS tries FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.<=) $3"
+		/* the time floor: no claimable job runs earlier */
+		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.>=) $8"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4"
+		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])"
+		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"     AND c.provider OPERATOR(pg_catalog.=) $4"
+		"     AND c.revoked_at IS NULL)))"
+		/* the floor, as a filter: an index condition on id would plan jobs_claim_order */
+		" AND (j.id OPERATOR(pg_catalog.+) 0) OPERATOR(pg_catalog.>=) $6"
+		/* providers this claim found at a limit */
+		" AND ($7 IS NULL OR j.provider OPERATOR(pg_catalog.<>) ALL ($7))"
+		" ORDER BY COALESCE(j.not_before, j.created_at), j.id"
+		" LIMIT $5"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED) c"
+		" LIMIT $5",
+		9, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
+		TIMESTAMPTZOID, INT2ARRAYOID},
+		SPI_OK_SELECT, false, false, true
+	},
 	/*
 	 * What claim() returns for one attempt it began.  One attempt per run,
 	 * by its primary key: a generic plan of "a.id = ANY ($1)" made while
@@ -1014,6 +1050,255 @@ static const StatementDef statements[STMT_COUNT] = {
 		0, {0},
 		SPI_OK_SELECT, true, true
 	},
+	/*
+	 * A submit with a schedule (run_at $8 into not_before, priority $9):
+	 * STMT_INSERT_JOB with the 1.2 columns.  A submit without one uses the
+	 * statements above, which name no 1.2 column (a 1.1 database).
+	 */
+	[STMT_INSERT_JOB_AT] = {
+		"insert job at",
+		"INSERT INTO jobguard.jobs AS j"
+		" (" SUBMIT_COLUMN_NAMES ", not_before, priority)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8, $9)"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
+		" RETURNING j.id",
+		SUBMIT_COLUMN_COUNT + 2, {SUBMIT_COLUMN_TYPES, TIMESTAMPTZOID, INT2OID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/* STMT_INSERT_JOBS with run_ats $9 and priorities $10 */
+	[STMT_INSERT_JOBS_AT] = {
+		"insert jobs at",
+		"INSERT INTO jobguard.jobs AS j"
+		" (" SUBMIT_COLUMN_NAMES ", not_before, priority)"
+		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7, u.ra, COALESCE(u.pri, 0)"
+		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+		"  pg_catalog.unnest($8), pg_catalog.unnest($9), pg_catalog.unnest($10))"
+		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, wanted, ra, pri, n)"
+		" WHERE u.wanted"
+		" ORDER BY u.n"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
+		" RETURNING j.owner_id::pg_catalog.text, j.idempotency_key::pg_catalog.text, j.id",
+		10, {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
+		INT4ARRAYOID, TEXTOID, BOOLARRAYOID, TIMESTAMPTZARRAYOID, INT2ARRAYOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/* STMT_INSERT_NEXT_JOB with run_at $9 and priority $10 */
+	[STMT_INSERT_NEXT_JOB_AT] = {
+		"insert next job at",
+		"INSERT INTO jobguard.jobs AS j"
+		" (" SUBMIT_COLUMN_NAMES ", previous_job_id, not_before, priority)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8, $9, $10)"
+		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
+		" RETURNING j.id",
+		SUBMIT_COLUMN_COUNT + 3, {SUBMIT_COLUMN_TYPES, INT8OID, TIMESTAMPTZOID, INT2OID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/*
+	 * reschedule(): a new run time $2 (replacing a backoff's not_before)
+	 * and priority $3 of job $1, the caller holding it locked; NULL leaves
+	 * that part as it is.
+	 */
+	[STMT_RESCHEDULE] = {
+		"reschedule",
+		"UPDATE jobguard.jobs AS j"
+		" SET not_before = COALESCE($2, j.not_before), priority = COALESCE($3, j.priority)"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1",
+		3, {INT8OID, TIMESTAMPTZOID, INT2OID},
+		SPI_OK_UPDATE, false
+	},
+	/*
+	 * retry_job(): failed job $1 (locked by the caller) gets $2 more
+	 * attempts and may run at once; the retry is recorded in its retries,
+	 * with the reason $3 and the role $4 that asked.
+	 */
+	[STMT_RETRY_JOB] = {
+		"retry job",
+		"UPDATE jobguard.jobs AS j"
+		" SET max_attempts = j.max_attempts OPERATOR(pg_catalog.+) $2, not_before = NULL,"
+		" retries = COALESCE(j.retries, '[]'::pg_catalog.jsonb) OPERATOR(pg_catalog.||)"
+		"  pg_catalog.jsonb_build_array(pg_catalog.jsonb_build_object("
+		"   'at', pg_catalog.now(), 'by', $4, 'extra_attempts', $2,"
+		"   'max_attempts_before', j.max_attempts, 'reason', $3))"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.max_attempts IS NOT NULL",
+		4, {INT8OID, INT4OID, TEXTOID, TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	/* The providers that have a limit (limits.c caches them). */
+	[STMT_LIMITED_PROVIDERS] = {
+		"limited providers",
+		"SELECT p.provider FROM jobguard.provider_policy p"
+		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL",
+		0, {0},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * A provider's limits and token bucket, its row locked until the end of
+	 * the transaction: every start against it is decided under this lock,
+	 * one at a time (limits.c).  The clock is read after the lock.
+	 */
+	[STMT_LOCK_POLICY] = {
+		"lock policy",
+		"SELECT p.max_in_flight, p.max_per_second::pg_catalog.float8, p.tokens, p.tokens_at,"
+		" pg_catalog.clock_timestamp()"
+		" FROM jobguard.provider_policy p"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1"
+		" AND (p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL)"
+		" FOR NO KEY UPDATE",
+		1, {TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/* The same, for claim: a row another start holds is passed over. */
+	[STMT_LOCK_POLICY_SKIP] = {
+		"lock policy skip",
+		"SELECT p.max_in_flight, p.max_per_second::pg_catalog.float8, p.tokens, p.tokens_at,"
+		" pg_catalog.clock_timestamp()"
+		" FROM jobguard.provider_policy p"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1"
+		" AND (p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL)"
+		" FOR NO KEY UPDATE SKIP LOCKED",
+		1, {TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * The open attempts (started or unknown) against provider $1, with the
+	 * latest snapshot: run under the provider's policy row lock, it sees
+	 * every start before it, under REPEATABLE READ too.
+	 */
+	[STMT_OPEN_ATTEMPTS] = {
+		"open attempts",
+		"SELECT pg_catalog.count(*) FROM jobguard.attempts a"
+		" WHERE a.provider OPERATOR(pg_catalog.=) $1"
+		" AND a.state IN ('started', 'unknown')",
+		1, {TEXTOID},
+		SPI_OK_SELECT, false, false, false, true
+	},
+	/*
+	 * A start against provider $1 (its row locked): the bucket holds $2
+	 * tokens at $3.  Written at every start against a rate, so that a
+	 * REPEATABLE READ start whose snapshot misses a later one fails to lock
+	 * the row (could not serialize) instead of drawing from a stale bucket.
+	 */
+	[STMT_RECORD_START] = {
+		"record start",
+		"UPDATE jobguard.provider_policy AS p SET tokens = $2, tokens_at = $3"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1",
+		3, {TEXTOID, FLOAT8OID, TIMESTAMPTZOID},
+		SPI_OK_UPDATE, false
+	},
+	/* A start claim passed over for provider $1's limit (its row locked). */
+	[STMT_COUNT_THROTTLED] = {
+		"count throttled",
+		"UPDATE jobguard.provider_policy AS p SET throttled = p.throttled OPERATOR(pg_catalog.+) 1"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		SPI_OK_UPDATE, false
+	},
+	/* The provider of attempt $1. */
+	[STMT_ATTEMPT_PROVIDER] = {
+		"attempt provider",
+		"SELECT a.provider FROM jobguard.attempts a WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	/* Per provider with a limit: open attempts, starts throttled (stats()). */
+	[STMT_PROVIDER_FLOW] = {
+		"provider flow",
+		"SELECT p.provider, (SELECT pg_catalog.count(*) FROM jobguard.attempts a"
+		"  WHERE a.provider OPERATOR(pg_catalog.=) p.provider"
+		"  AND a.state IN ('started', 'unknown')), p.throttled"
+		" FROM jobguard.provider_policy p"
+		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL"
+		" ORDER BY p.provider",
+		0, {0},
+		SPI_OK_SELECT, true
+	},
+	/*
+	 * STMT_CLAIM_CANDIDATES in a database whose objects are still 1.1's
+	 * (no jobs.priority): 1.1's order, oldest first ($7 unused: no limits
+	 * there).
+	 */
+	[STMT_CLAIM_CANDIDATES_1_1] = {
+		"claim candidates 1.1",
+		"SELECT j.id, j.provider::pg_catalog.text FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
+		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4"
+		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])"
+		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"     AND c.provider OPERATOR(pg_catalog.=) $4"
+		"     AND c.revoked_at IS NULL)))"
+		" AND j.id OPERATOR(pg_catalog.>=) $6"
+		" AND ($7 IS NULL OR true) AND ($8 IS NULL OR true) AND ($9 IS NULL OR true)"
+		" ORDER BY j.id"
+		" LIMIT $5"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED",
+		9, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
+		TIMESTAMPTZOID, INT2ARRAYOID},
+		SPI_OK_SELECT, false
+	},
+	/* STMT_MATCH_JOB in a 1.1 database (no jobs.retries) */
+	[STMT_MATCH_JOB_1_1] = {
+		"match job 1.1",
+		"SELECT j.id,"
+		" j.operation OPERATOR(pg_catalog.=) $3,"
+		" j.params OPERATOR(pg_catalog.=) $4,"
+		" j.provider OPERATOR(pg_catalog.=) $5,"
+		" COALESCE(j.max_attempts OPERATOR(pg_catalog.=) $6,"
+		"          j.max_attempts IS NULL AND $6 IS NULL)"
+		" FROM jobguard.jobs j"
+		" WHERE j.scope OPERATOR(pg_catalog.=) $7"
+		" AND j.owner_id OPERATOR(pg_catalog.=) $1"
+		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2"
+		" AND j.replaced_at IS NULL",
+		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * The time floor (claim_time_floor()) and the levels (claim_levels()):
+	 * per priority of jobs_run_order (walked as STMT_CLAIM_CANDIDATES walks
+	 * it) that has jobs not succeeded or cancelled with no open attempt and
+	 * attempts left, the earliest run time among them.
+	 */
+	[STMT_CLAIM_TIME_FLOOR] = {
+		"claim time floor",
+		"WITH RECURSIVE levels(priority) AS ("
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  ORDER BY p.priority LIMIT 1)"
+		" UNION ALL"
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  AND p.priority OPERATOR(pg_catalog.>) l.priority"
+		"  ORDER BY p.priority LIMIT 1)"
+		" FROM levels l WHERE l.priority IS NOT NULL)"
+		" SELECT lv.priority, f.t FROM levels lv CROSS JOIN LATERAL ("
+		"SELECT COALESCE(j.not_before, j.created_at) AS t FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" ORDER BY COALESCE(j.not_before, j.created_at) LIMIT 1) f",
+		0, {0},
+		SPI_OK_SELECT, false, false, true
+	},
 };
 
 /*
@@ -1064,7 +1349,6 @@ static const StatementDef statements_1_1[STMT_COUNT] = {
 		1, {INT8OID},
 		SPI_OK_SELECT, false
 	},
-	[STMT_CLAIM_CANDIDATES] = CLAIM_CANDIDATES_DEF(TRIES_1_1),
 	[STMT_CLAIM_FLOOR] = CLAIM_FLOOR_DEF(TRIES_1_1),
 	[STMT_PURGE_PAGE] = PURGE_PAGE_DEF(USED_1_1),
 	[STMT_STORED_STATE_COUNTS] = STORED_STATE_COUNTS_DEF(TRIES_1_1),
@@ -1172,6 +1456,7 @@ plan_for_index_lookups(StatementId id, int level)
 {
 	static const char *const off[] = {"enable_seqscan", "enable_hashjoin",
 	"enable_mergejoin", "jit"};
+	static const char *const unordered[] = {"enable_sort", "enable_bitmapscan"};
 	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(prepared_plan(id, level)));
 	CachedPlan *cplan;
 	int			guc_level;
@@ -1192,6 +1477,15 @@ plan_for_index_lookups(StatementId id, int level)
 	for (int i = 0; i < (int) lengthof(off); i++)
 		(void) set_config_option(off[i], "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
+	/*
+	 * A statement taking the first rows in an index's order: a generic
+	 * plan's estimates (few rows pass the filters) would sort a bitmap
+	 * scan's rows instead, reading every runnable job for one.
+	 */
+	if (statement_def(id, level)->index_order)
+		for (int i = 0; i < (int) lengthof(unordered); i++)
+			(void) set_config_option(unordered[i], "off", PGC_USERSET, PGC_S_SESSION,
+									 GUC_ACTION_LOCAL, true, 0, false);
 	cplan = SPI_plan_get_cached_plan(prepared_plans[level][id]);
 	if (cplan != NULL)
 		ReleaseCachedPlan(cplan, CurrentResourceOwner);
@@ -1213,7 +1507,11 @@ sql_run(StatementId id, Datum *values, const char *nulls)
 
 	if (!def->whole_tables)
 		plan_for_index_lookups(id, level);
-	rc = SPI_execute_plan(prepared_plan(id, level), values, nulls, def->read_only, 0);
+	if (def->latest_snapshot)
+		rc = SPI_execute_snapshot(prepared_plan(id, level), values, nulls, GetLatestSnapshot(),
+								  InvalidSnapshot, def->read_only, false, 0);
+	else
+		rc = SPI_execute_plan(prepared_plan(id, level), values, nulls, def->read_only, 0);
 	if (rc != def->expected_rc)
 		elog(ERROR, "jobguard: statement \"%s\" returned %s",
 			 def->name, SPI_result_code_string(rc));

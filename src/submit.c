@@ -12,6 +12,7 @@
 
 #include "access/detoast.h"
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
@@ -75,6 +76,60 @@ describe_mismatch(const SubmitMatch *m)
 	return buf.data;
 }
 
+/*
+ * A submit's schedule (run_at, priority): written when the job is made,
+ * never compared with a stored job, so a replay with another schedule is
+ * still a replay and changes nothing.
+ */
+typedef struct SubmitSchedule
+{
+	bool		has_run_at;
+	Datum		run_at;
+	int16		priority;
+} SubmitSchedule;
+
+/*
+ * priority_value: a priority argument (or element) checked to fit a
+ * smallint, -32768..32767 (22023 beyond); what names it for the message.
+ */
+static int16
+priority_value(int32 priority, const char *what)
+{
+	if (priority < PG_INT16_MIN || priority > PG_INT16_MAX)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("%s must be %d to %d", what, PG_INT16_MIN, PG_INT16_MAX),
+				 errdetail("It is %d.", priority)));
+	return (int16) priority;
+}
+
+/*
+ * schedule_args: submit's run_at (argument argno) and priority (argno + 1)
+ * into *schedule; absent (a 1.1 definition of the function calls with
+ * fewer arguments) or NULL: at once, priority 0.
+ */
+static void
+schedule_args(FunctionCallInfo fcinfo, int argno, SubmitSchedule *schedule)
+{
+	schedule->has_run_at = PG_NARGS() > argno && !PG_ARGISNULL(argno);
+	schedule->run_at = schedule->has_run_at ? PG_GETARG_DATUM(argno) : (Datum) 0;
+	schedule->priority = 0;
+	if (PG_NARGS() > argno + 1 && !PG_ARGISNULL(argno + 1))
+		schedule->priority = priority_value(PG_GETARG_INT32(argno + 1),
+											"argument \"priority\"");
+}
+
+/*
+ * submit_run_time: when a new job may first run: its run_at, else its
+ * creation (created_at is now(), the transaction's start).
+ */
+static TimestampTz
+submit_run_time(const SubmitRequest *req)
+{
+	return req->has_run_at ? DatumGetTimestampTz(req->run_at) :
+		GetCurrentTransactionStartTimestamp();
+}
+
 /* What submitting one request came to. */
 typedef enum SubmitOutcome
 {
@@ -94,7 +149,7 @@ typedef enum SubmitOutcome
 static SubmitOutcome
 submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		   Datum params, Datum provider, Datum max_attempts, bool max_attempts_null,
-		   int64 *job_id, SubmitMatch *match)
+		   const SubmitSchedule *schedule, int64 *job_id, SubmitMatch *match)
 {
 	SubmitRequest req = {
 		.values = {[SUBMIT_OWNER_ID] = owner_id, [SUBMIT_IDEMPOTENCY_KEY] = idempotency_key,
@@ -102,6 +157,9 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 			[SUBMIT_PROVIDER] = provider, [SUBMIT_MAX_ATTEMPTS] = max_attempts,
 		[SUBMIT_SCOPE] = scope},
 		.nulls = {[SUBMIT_MAX_ATTEMPTS] = max_attempts_null},
+		.has_run_at = schedule->has_run_at,
+		.run_at = schedule->run_at,
+		.priority = schedule->priority,
 	};
 
 	for (int tries = 1;; tries++)
@@ -110,7 +168,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 		{
 			stats_count(STAT_SUBMITS_CREATED);
 			stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-			claim_work_ready(*job_id);
+			claim_work_ready_at(*job_id, submit_run_time(&req), req.priority);
 			return SUBMIT_CREATED;
 		}
 		if (store_match_job(&req, match))
@@ -148,7 +206,7 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 					{
 						stats_count(STAT_SUBMITS_CREATED);
 						stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-						claim_work_ready(*job_id);
+						claim_work_ready_at(*job_id, submit_run_time(&req), req.priority);
 						return SUBMIT_CREATED;
 					}
 					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
@@ -192,9 +250,11 @@ key_reused_message(Datum owner_id, Datum idempotency_key)
 
 /*
  * jobguard.submit(owner_id, idempotency_key, operation, params, provider,
- *				   max_attempts) -> (job_id, created)
+ *				   max_attempts, run_at, priority) -> (job_id, created)
  *
- * One request: see submit_one().  A different request under the key is
+ * One request: see submit_one().  run_at and priority (absent when the
+ * 1.1 definition calls) are the new job's schedule, not part of the
+ * request.  A different request under the key is
  * JG001, naming the existing job.
  */
 Datum
@@ -209,6 +269,7 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	Datum		provider = text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS);
 	bool		max_attempts_null = PG_ARGISNULL(5);
 	Datum		max_attempts = max_attempts_null ? (Datum) 0 : PG_GETARG_DATUM(5);
+	SubmitSchedule schedule;
 	TupleDesc	desc = result_tupdesc(fcinfo);
 	int64		job_id = 0;
 	SubmitOutcome outcome;
@@ -222,12 +283,13 @@ jobguard_submit(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"max_attempts\" must be at least 1 or null"),
 				 errdetail("It is %d.", DatumGetInt32(max_attempts))));
+	schedule_args(fcinfo, 6, &schedule);
 
 	/* the caller's application: keys are unique per scope */
 	scope = CStringGetTextDatum(scopes_submit_scope(GetUserId()));
 	store_connect(&caller);
 	outcome = submit_one(scope, owner_id, idempotency_key, operation, params, provider,
-						 max_attempts, max_attempts_null, &job_id, &match);
+						 max_attempts, max_attempts_null, &schedule, &job_id, &match);
 	if (outcome == SUBMIT_KEY_REUSED)
 		ereport(ERROR,
 				(errcode(ERRCODE_JG_IDEMPOTENCY_KEY_REUSED),
@@ -319,7 +381,7 @@ batch_row_problem(const BatchColumn *columns, const int *max_chars, int ncolumns
 
 /*
  * jobguard.submit_many(owner_ids, idempotency_keys, operations, params,
- *						providers, max_attempts)
+ *						providers, max_attempts, run_ats, priorities)
  *   -> TABLE (ord, job_id, created, sqlstate, message)
  *
  * Many requests in one call, each with the outcome submit() would have
@@ -338,7 +400,10 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	SavedIdentity caller;		/* restored by store_finish() */
-	BatchColumn columns[6];
+	BatchColumn columns[8];
+	BatchColumn *run_ats = &columns[6];
+	BatchColumn *priorities = &columns[7];
+	int16	   *priority_values = NULL;
 	const int	max_chars[5] = {MAX_KEY_CHARS, MAX_KEY_CHARS, MAX_NAME_CHARS, 0, MAX_NAME_CHARS};
 	BatchColumn *max_attempts = &columns[5];
 	int			count;
@@ -359,6 +424,9 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 	batch_column(fcinfo, 3, "params", "params", JSONBOID, false, &columns[3]);
 	batch_column(fcinfo, 4, "providers", "provider", TEXTOID, false, &columns[4]);
 	batch_column(fcinfo, 5, "max_attempts", "max_attempts", INT4OID, true, &columns[5]);
+	/* the schedule (absent under the 1.1 definition) */
+	batch_column(fcinfo, 6, "run_ats", "run_at", TIMESTAMPTZOID, true, &columns[6]);
+	batch_column(fcinfo, 7, "priorities", "priority", INT4OID, true, &columns[7]);
 	count = columns[0].count;
 	if (count > MAX_BATCH_ROWS)
 		ereport(ERROR,
@@ -366,8 +434,8 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 				 errmsg("jobguard.submit_many() takes at most %d requests", MAX_BATCH_ROWS),
 				 errdetail("It was given %d.", count),
 				 errhint("Submit them in several calls.")));
-	for (int c = 1; c < 6; c++)
-		if (columns[c].count != count && !(c == 5 && columns[c].count == -1))
+	for (int c = 1; c < 8; c++)
+		if (columns[c].count != count && !(c >= 5 && columns[c].count == -1))
 			ereport(ERROR,
 					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					 errmsg("the arrays of jobguard.submit_many() must all have the same length"),
@@ -380,6 +448,8 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 	messages = palloc0(sizeof(char *) * Max(count, 1));
 	attempts_null = palloc(sizeof(bool) * Max(count, 1));
 	attempts = palloc0(sizeof(Datum) * Max(count, 1));
+	if (priorities->count != -1)
+		priority_values = palloc0(sizeof(int16) * Max(count, 1));
 	for (int i = 0; i < count; i++)
 	{
 		attempts_null[i] = max_attempts->count == -1 || max_attempts->nulls[i];
@@ -400,6 +470,19 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 			messages[i] = psprintf("max_attempts of request %d must be at least 1 or null (it is %d)",
 								   i + 1, DatumGetInt32(attempts[i]));
 		}
+		if (messages[i] == NULL && priority_values != NULL && !priorities->nulls[i])
+		{
+			int32		priority = DatumGetInt32(priorities->values[i]);
+
+			if (priority < PG_INT16_MIN || priority > PG_INT16_MAX)
+			{
+				sqlstates[i] = ERRCODE_INVALID_PARAMETER_VALUE;
+				messages[i] = psprintf("priority of request %d must be %d to %d (it is %d)",
+									   i + 1, PG_INT16_MIN, PG_INT16_MAX, priority);
+			}
+			else
+				priority_values[i] = (int16) priority;
+		}
 		skip[i] = messages[i] != NULL;
 	}
 	batch.count = count;
@@ -413,6 +496,21 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 	batch.skip = skip;
 	for (int c = 0; c < 6; c++)
 		batch.arrays[c] = columns[c].count == -1 ? (Datum) 0 : PG_GETARG_DATUM(c);
+	batch.run_ats = run_ats->count == -1 ? NULL : run_ats->values;
+	batch.run_ats_null = run_ats->count == -1 ? NULL : run_ats->nulls;
+	batch.run_at_array = run_ats->count == -1 ? (Datum) 0 : PG_GETARG_DATUM(6);
+	batch.priorities = priority_values;
+	batch.priority_array = (Datum) 0;
+	if (priority_values != NULL)
+	{
+		Datum	   *elems = palloc(sizeof(Datum) * Max(count, 1));
+
+		for (int i = 0; i < count; i++)
+			elems[i] = Int16GetDatum(priority_values[i]);
+		batch.priority_array = PointerGetDatum(construct_array(elems, count, INT2OID,
+															   sizeof(int16), true,
+															   TYPALIGN_SHORT));
+	}
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	scope = CStringGetTextDatum(scopes_submit_scope(GetUserId()));
@@ -442,7 +540,11 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 			{
 				stats_count(STAT_SUBMITS_CREATED);
 				stats_gauge_move(GAUGE_NONE, GAUGE_JOBS_PENDING, 1);
-				claim_work_ready(job_ids[i]);
+				claim_work_ready_at(job_ids[i],
+									batch.run_ats != NULL && !batch.run_ats_null[i] ?
+									DatumGetTimestampTz(batch.run_ats[i]) :
+									GetCurrentTransactionStartTimestamp(),
+									priority_values != NULL ? priority_values[i] : 0);
 			}
 			else
 			{
@@ -454,11 +556,20 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 				 */
 				SavedIdentity row_caller;
 
+				SubmitSchedule schedule = {0};
+
+				if (batch.run_ats != NULL && !batch.run_ats_null[i])
+				{
+					schedule.has_run_at = true;
+					schedule.run_at = batch.run_ats[i];
+				}
+				if (priority_values != NULL)
+					schedule.priority = priority_values[i];
 				store_connect(&row_caller);
 				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
 									 columns[2].values[i], columns[3].values[i],
 									 columns[4].values[i], attempts[i], attempts_null[i],
-									 &job_id, &match);
+									 &schedule, &job_id, &match);
 				store_finish(&row_caller);
 			}
 			row[1] = Int64GetDatum(job_id);

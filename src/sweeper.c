@@ -168,12 +168,14 @@ refresh_claim_floor(MemoryContext round)
 	{
 		SavedIdentity caller;	/* restored by store_finish() */
 		int64		floor;
+		TimestampTz time_floor;
+		ClaimLevels levels;
 
 		store_connect(&caller);
-		floor = store_claim_floor();
+		floor = store_claim_floor(&time_floor, &levels);
 		store_finish(&caller);
 		end_work();
-		claim_floor_publish(floor, lowerings);
+		claim_floor_publish(floor, time_floor, &levels, lowerings);
 	}
 }
 

@@ -31,6 +31,7 @@
 #include "claim_floor.h"
 #include "liveness.h"
 #include "schema_level.h"
+#include "limits.h"
 #include "metrics.h"
 #include "store.h"
 
@@ -134,6 +135,46 @@ typedef struct ClaimRequest
 } ClaimRequest;
 
 /*
+ * known_levels: the priorities with claimable jobs as an int2[] for the
+ * candidates statement, or 0 when not known (it walks the index then).
+ */
+static Datum
+known_levels(void)
+{
+	ClaimLevels levels;
+	Datum		elems[CLAIM_MAX_LEVELS];
+
+	if (!claim_levels(&levels))
+		return (Datum) 0;
+	for (int i = 0; i < levels.n; i++)
+		elems[i] = Int16GetDatum(levels.priority[i]);
+	return PointerGetDatum(construct_array(elems, levels.n, INT2OID, sizeof(int16), true,
+										   TYPALIGN_SHORT));
+}
+
+/*
+ * claim_within_limits: whether the claim may start an attempt against the
+ * provider the job would run on (the claim's provider, else the job's
+ * own) within its limits (limits.c: never waits, never errors).  A
+ * provider passed over goes to *at_limit (not searched again in this
+ * claim); with the claim's own provider at a limit, every candidate is
+ * passed over.
+ */
+static bool
+claim_within_limits(const ClaimRequest *req, const char *job_provider,
+					Datum *at_limit, int *n_at_limit)
+{
+	const char *provider = req->provider_null ? job_provider :
+		TextDatumGetCString(req->provider);
+
+	if (limits_admit_claim(provider))
+		return true;
+	if (req->provider_null && *n_at_limit < req->max_jobs)
+		at_limit[(*n_at_limit)++] = CStringGetTextDatum(provider);
+	return false;
+}
+
+/*
  * claim_once: find and begin up to max_jobs runnable jobs; their attempt
  * ids go to attempts[], the count is returned.  A job found runnable but
  * refused by the gate by the time its attempt begins (a concurrent begin
@@ -144,7 +185,11 @@ static int
 claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 {
 	int64	   *candidates = palloc(sizeof(int64) * req->max_jobs);
+	char	  **providers = palloc(sizeof(char *) * req->max_jobs);
 	int			claimed = 0;
+	Datum	   *at_limit = palloc(sizeof(Datum) * req->max_jobs);	/* providers passed
+																 * over for a limit */
+	int			n_at_limit = 0;
 
 	/*
 	 * Redrives first (doc/reference.md, "Redrive"): stalled attempts whose
@@ -180,7 +225,13 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 												   GetCurrentTimestamp(), req->provider,
 												   req->provider_null,
 												   req->max_jobs - claimed,
-												   claim_floor(), candidates);
+												   claim_floor(), claim_time_floor(),
+												   known_levels(),
+												   n_at_limit == 0 ? (Datum) 0 :
+												   PointerGetDatum(construct_array(at_limit, n_at_limit,
+																				   TEXTOID, -1, false,
+																				   TYPALIGN_INT)),
+												   candidates, providers);
 		int			refused = 0;
 
 		for (int i = 0; i < found; i++)
@@ -193,8 +244,15 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 				.worker = req->worker, .worker_null = false,
 				.started_at = req->waited ? GetCurrentTimestamp() : 0,
 			};
-			int64		attempt_id = store_begin_attempt(&begin);
+			int64		attempt_id;
 
+			/* the limits of the provider it would run on: at one, pass it over */
+			if (!claim_within_limits(req, providers[i], at_limit, &n_at_limit))
+			{
+				refused++;
+				continue;
+			}
+			attempt_id = store_begin_attempt(&begin);
 			if (attempt_id != 0)
 			{
 				redrives[claimed] = false;
@@ -208,6 +266,8 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 			break;
 	}
 	pfree(candidates);
+	pfree(providers);
+	pfree(at_limit);
 	return claimed;
 }
 

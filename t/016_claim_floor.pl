@@ -40,13 +40,15 @@ $node->safe_psql('postgres', q{
 	SELECT jobguard.define_operation('charge', '{"type": "object", "required": ["ok"]}');
 });
 
-# pages of jobs_claim_order read by the statements of $sql (and their output)
+# pages of jobs_claim_order and jobs_run_order (claim's order since 1.2,
+# bounded by the time floor) read by the statements of $sql (and their
+# output)
 sub claim_order_reads
 {
 	my ($sql) = @_;
 	my $read = q{SELECT pg_stat_force_next_flush();
-		SELECT idx_blks_read + idx_blks_hit FROM pg_statio_user_indexes
-		 WHERE indexrelid = 'jobguard.jobs_claim_order'::regclass};
+		SELECT sum(idx_blks_read + idx_blks_hit) FROM pg_statio_user_indexes
+		 WHERE indexrelid IN ('jobguard.jobs_claim_order'::regclass, 'jobguard.jobs_run_order'::regclass)};
 	my $before = $node->safe_psql('postgres', $read);
 	my $out = $node->safe_psql('postgres', $sql);
 	return ($node->safe_psql('postgres', $read) - $before, $out);

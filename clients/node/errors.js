@@ -130,6 +130,15 @@ const AttemptNotFound = define('AttemptNotFound', 'JG009', 'attempt_not_found', 
   ['detail', "^(\\d+) is the id of a job, not of an attempt\\.$",
     ['jobId'], {}],
 ]);
+// JG010: the provider is at its max_in_flight or max_per_second.
+const ProviderBusy = define('ProviderBusy', 'JG010', 'provider_busy', { provider: 'text', limit: 'word', open: 'int', max: 'int' }, [
+  ['message', "^provider \"(.*?)\" is busy$",
+    ['provider'], {}],
+  ['detail', "^Its (\\w+) is (\\d+) and (\\d+) attempts against it are open\\.$",
+    ['limit', 'max', 'open'], {}],
+  ['detail', "^Its (\\w+) is .*? and no start is left for this second\\.$",
+    ['limit'], {}],
+]);
 // 22004: a required argument is NULL.
 const NullValueNotAllowed = define('NullValueNotAllowed', '22004', 'null_value_not_allowed', {}, [
 ]);
@@ -140,8 +149,8 @@ const InvalidParameterValue = define('InvalidParameterValue', '22023', 'invalid_
 // SQLSTATE -> the class thrown for it
 const CLASSES = {
   IdempotencyKeyReused, AttemptInFlight, JobClosed, ProviderNotCertified, AttemptsExhausted,
-  InvalidTransition, ResultMismatch, JobNotFound, AttemptNotFound, NullValueNotAllowed,
-  InvalidParameterValue,
+  InvalidTransition, ResultMismatch, JobNotFound, AttemptNotFound, ProviderBusy,
+  NullValueNotAllowed, InvalidParameterValue,
 };
 // END generated
 

@@ -289,6 +289,10 @@ export class JobNotFound extends JobguardError {
 export class AttemptNotFound extends JobguardError {
   attemptId: AttemptId | null; jobId: JobId | null;
 }
+/** JG010: the provider is at its max_in_flight or max_per_second. limit names the limit (maxInFlight or maxPerSecond); max and open are set for maxInFlight; for maxPerSecond the HINT says in how many ms to retry. */
+export class ProviderBusy extends JobguardError {
+  provider: string | null; limit: string | null; open: number | null; max: number | null;
+}
 /** 22004: a required argument is NULL. */
 export class NullValueNotAllowed extends JobguardError {}
 /** 22023: an empty, too long or out-of-range argument. */

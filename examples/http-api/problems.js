@@ -22,6 +22,7 @@ const PROBLEM_TYPES = {
   'result-mismatch': [422, "JG007: the attempt already reported a different result."],
   'job-not-found': [404, "JG008: no job with that id."],
   'attempt-not-found': [404, "JG009: no attempt with that id."],
+  'provider-busy': [429, "JG010: the provider is at its limit; retry later."],
   // END generated types
   'invalid-argument': [400, '22004, 22023, 22P02: a required field is missing, empty, too long, out of range or of the wrong type.'],
   'missing-idempotency-key': [400, 'POST /jobs needs an Idempotency-Key header.'],
@@ -48,6 +49,7 @@ const BY_SQLSTATE = {
   JG007: 'result-mismatch',
   JG008: 'job-not-found',
   JG009: 'attempt-not-found',
+  JG010: 'provider-busy',
   '22004': 'invalid-argument',
   '22023': 'invalid-argument',
   // END generated codes

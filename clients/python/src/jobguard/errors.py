@@ -241,6 +241,29 @@ class AttemptNotFound(JobguardError, code="JG009", name="ATTEMPT_NOT_FOUND"):
          ('job_id',), {}),
     ]
 
+
+class ProviderBusy(JobguardError, code="JG010", name="PROVIDER_BUSY"):
+    """JG010: the provider is at its max_in_flight or max_per_second.
+
+    limit names the limit (max_in_flight or max_per_second); max and open
+    are set for max_in_flight; for max_per_second the HINT says in how many
+    ms to retry."""
+
+    condition = "provider_busy"
+    provider: Optional[str]
+    limit: Optional[str]
+    open: Optional[int]
+    max: Optional[int]
+    _fields = {'provider': 'text', 'limit': 'word', 'open': 'int', 'max': 'int'}
+    _templates = [
+        ('message', '^provider "(.*?)" is busy$',
+         ('provider',), {}),
+        ('detail', '^Its (\\w+) is (\\d+) and (\\d+) attempts against it are open\\.$',
+         ('limit', 'max', 'open'), {}),
+        ('detail', '^Its (\\w+) is .*? and no start is left for this second\\.$',
+         ('limit',), {}),
+    ]
+
 #: 22004: a required argument is NULL. (psycopg's own class)
 NullValueNotAllowed = _pgerrors.NullValueNotAllowed
 
@@ -259,6 +282,7 @@ BY_SQLSTATE: Dict[str, Type[psycopg.DatabaseError]] = {
     'JG007': ResultMismatch,
     'JG008': JobNotFound,
     'JG009': AttemptNotFound,
+    'JG010': ProviderBusy,
     '22004': NullValueNotAllowed,
     '22023': InvalidParameterValue,
 }
@@ -266,8 +290,8 @@ BY_SQLSTATE: Dict[str, Type[psycopg.DatabaseError]] = {
 __all__ = [
     "JobguardError", "IdempotencyKeyReused", "AttemptInFlight", "JobClosed",
     "ProviderNotCertified", "AttemptsExhausted", "InvalidTransition", "ResultMismatch",
-    "JobNotFound", "AttemptNotFound", "NullValueNotAllowed", "InvalidParameterValue",
-    "BY_SQLSTATE", "translate",
+    "JobNotFound", "AttemptNotFound", "ProviderBusy", "NullValueNotAllowed",
+    "InvalidParameterValue", "BY_SQLSTATE", "translate",
 ]
 # END generated
 
