@@ -67,9 +67,11 @@ const CASES = {
 async function cutMidFinish(locker, workerName, how) {
   let pid;
   await waitFor(async () => {
+    // exactly the worker's own main connection (its application_name, in
+    // this test's database): never a backend of another test file
     const rows = await query(`SELECT pid FROM pg_stat_activity
-      WHERE application_name LIKE $1 AND wait_event_type = 'Lock'
-        AND query LIKE '%finish_attempt%'`, [`${workerName}%`]);
+      WHERE datname = $1 AND application_name = $2 AND wait_event_type = 'Lock'
+        AND query LIKE '%finish_attempt%'`, [DB, `${workerName} (jobguard worker)`]);
     pid = rows.length > 0 ? rows[0].pid : undefined;
     return pid !== undefined;
   }, 20000, 'the worker waiting in finish_attempt');

@@ -73,9 +73,11 @@ def cut_mid_finish(conninfo: str, locker: psycopg.Connection[Any], name: str, ho
 
     def waiting() -> bool:
         """Whether the worker's backend waits for the lock in its finish."""
+        # exactly the worker's own main connection, in this test's database
         pids[:] = [r[0] for r in query(conninfo, """SELECT pid FROM pg_stat_activity
-            WHERE application_name LIKE %s AND wait_event_type = 'Lock'
-              AND query LIKE '%%finish_attempt%%'""", (name + "%",))]
+            WHERE datname = current_database() AND application_name = %s
+              AND wait_event_type = 'Lock' AND query LIKE '%%finish_attempt%%'""",
+                                       (f"{name} (jobguard worker)",))]
         return bool(pids)
     try:
         wait_for(waiting, 20, "the worker waiting in finish_attempt")
