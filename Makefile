@@ -17,11 +17,11 @@ EXTENSION   = jobguard
 MODULE_big  = jobguard
 OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o src/reading.o src/providers.o src/workers.o src/operating.o src/job_notify.o src/notify_worker.o src/claim_floor.o \
               src/store_dispatch.o src/store_lifecycle.o src/store_sql.o src/store_admin.o src/rows.o src/rows_write.o src/rows_rules.o src/rows_catalog.o \
-              src/transitions.o src/attempt_states.o src/derived_check.o src/contract_compile.o src/contract_check.o src/security.o src/scopes.o src/policies.o src/metrics.o src/sweeper.o src/launcher.o src/subxact.o
+              src/transitions.o src/attempt_states.o src/derived_check.o src/contract_compile.o src/contract_check.o src/security.o src/scopes.o src/policies.o src/metrics.o src/sweeper.o src/launcher.o src/subxact.o src/schema_level.o src/liveness.o
 DATA        = jobguard--1.0.sql jobguard--1.0--1.1.sql jobguard--1.1--1.2.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy fast_path_rules worker derived_states finish_many key_index
+JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy fast_path_rules worker derived_states finish_many key_index liveness
 REGRESS      = $(JOBGUARD_REGRESS)
 # what make test runs again on the database update leaves behind (updated from 1.0)
 REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))

@@ -53,6 +53,282 @@ COMMENT ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) IS 'report many resu
 REVOKE ALL ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) FROM PUBLIC;
 
 ---------------------------------------------------------------------------
+-- Liveness: provider keys, provider policies, redrive, reconciliation
+---------------------------------------------------------------------------
+
+/*
+ * What an operator knows about a provider (doc/reference.md, "Provider
+ * policies").  dedupes_for: the provider honours its idempotency key for
+ * at least this long after the key's first use (it makes redrive
+ * possible).  max_in_flight, max_per_second: limits on the attempts
+ * against it.  NULL: no such promise, no limit.  Read by claim, begin and
+ * redrive; written only by set_provider_policy().
+ */
+CREATE TABLE jobguard.provider_policy (
+	provider		text PRIMARY KEY,
+	dedupes_for		interval CHECK (dedupes_for > interval '0'),
+	max_in_flight	integer CHECK (max_in_flight > 0),
+	max_per_second	numeric CHECK (max_per_second > 0),
+	updated_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT provider_policy_provider_length CHECK (pg_catalog.char_length(provider) BETWEEN 1 AND 63)
+);
+
+COMMENT ON TABLE jobguard.provider_policy IS 'per provider: how long it deduplicates by key (dedupes_for), and its limits';
+
+SELECT pg_catalog.pg_extension_config_dump('jobguard.provider_policy', '');
+
+-- The provider policies, for psql.
+CREATE VIEW jobguard.provider_policies AS
+SELECT p.provider, p.dedupes_for, p.max_in_flight, p.max_per_second, p.updated_at
+  FROM jobguard.provider_policy p;
+
+COMMENT ON VIEW jobguard.provider_policies IS 'the policy of each provider that has one: dedupes_for, max_in_flight, max_per_second';
+
+/*
+ * set_provider_policy: set (or replace) a provider's policy; all three
+ * NULL removes it.  Operators only (42501 for others); a value not greater
+ * than zero is 22023 and writes nothing.
+ */
+CREATE FUNCTION jobguard.set_provider_policy(provider text, dedupes_for interval DEFAULT NULL,
+											 max_in_flight integer DEFAULT NULL,
+											 max_per_second numeric DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobguard_set_provider_policy';
+
+COMMENT ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) IS 'set what a provider promises (dedupes_for) and its limits (max_in_flight, max_per_second); operators only';
+
+REVOKE ALL ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric) FROM PUBLIC;
+
+/*
+ * Provider keys (doc/reference.md, "Provider keys").  An attempt's
+ * provider_key is what the worker sends the provider as its idempotency
+ * key: the key of the job's latest earlier attempt against the same
+ * provider, unless that attempt failed, else a new random one (32 hex
+ * characters from a strong random source, made by the library on both
+ * back ends).  tries: the attempts counted toward max_attempts up to and
+ * including this one; a redrive repeats its predecessor's count, since it
+ * is the same request again.  NULL (the attempts of 1.1, a row written by
+ * hand) counts as attempt_no: every attempt counted before redrives.
+ *
+ * The attempts of 1.1 get their keys by the same rule: one key per job,
+ * provider and number of failed attempts against that provider before,
+ * an md5 of those and of a random seed drawn once by this update (so two
+ * databases updated apart never share a key).  1.1 had no redrives: their
+ * tries stay NULL, that is their attempt_no.
+ */
+ALTER TABLE jobguard.attempts ADD COLUMN provider_key text;
+ALTER TABLE jobguard.attempts ADD COLUMN tries integer;
+ALTER TABLE jobguard.attempts ADD COLUMN unknown_since timestamptz;
+
+WITH seed AS MATERIALIZED (SELECT pg_catalog.gen_random_uuid()::pg_catalog.text AS s)
+UPDATE jobguard.attempts AS a
+   SET provider_key = pg_catalog.md5(seed.s OPERATOR(pg_catalog.||) ':'
+			OPERATOR(pg_catalog.||) a.job_id::pg_catalog.text OPERATOR(pg_catalog.||) ':'
+			OPERATOR(pg_catalog.||) a.provider::pg_catalog.text OPERATOR(pg_catalog.||) ':'
+			OPERATOR(pg_catalog.||) (SELECT pg_catalog.count(*) FROM jobguard.attempts f
+									  WHERE f.job_id OPERATOR(pg_catalog.=) a.job_id
+										AND f.provider OPERATOR(pg_catalog.=) a.provider
+										AND f.attempt_no OPERATOR(pg_catalog.<) a.attempt_no
+										AND f.state OPERATOR(pg_catalog.=) 'failed')::pg_catalog.text)
+  FROM seed;
+
+-- both back ends write both columns; the default serves a row written by hand
+ALTER TABLE jobguard.attempts ALTER COLUMN provider_key
+	SET DEFAULT pg_catalog.replace(pg_catalog.gen_random_uuid()::pg_catalog.text, '-', '');
+ALTER TABLE jobguard.attempts ALTER COLUMN provider_key SET NOT NULL;
+ALTER TABLE jobguard.attempts ADD CONSTRAINT attempts_provider_key_format
+	CHECK (provider_key ~ '^[A-Za-z0-9_-]{1,64}$');
+ALTER TABLE jobguard.attempts ADD CONSTRAINT attempts_tries_range
+	CHECK (tries BETWEEN 1 AND attempt_no);
+
+COMMENT ON COLUMN jobguard.attempts.provider_key IS 'the idempotency key the worker sends the provider: the same for a retry, a redrive or a new attempt after a cancel against the same provider';
+COMMENT ON COLUMN jobguard.attempts.unknown_since IS 'when the attempt became unknown (mark_unknown, or its deadline when swept); NULL: at its deadline';
+COMMENT ON COLUMN jobguard.attempts.tries IS 'attempts counted toward max_attempts up to and including this one (a redrive is not counted again); NULL: attempt_no';
+
+/*
+ * Every job with its derived state: 'failed' when the attempts counted
+ * toward max_attempts (tries) are used up.  Otherwise as in 1.1.
+ */
+CREATE OR REPLACE VIEW jobguard.job_overview WITH (security_barrier) AS
+SELECT j.id AS job_id,
+	   j.owner_id,
+	   j.idempotency_key,
+	   j.operation,
+	   j.provider,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN j.params END AS params,
+	   j.max_attempts,
+	   CASE
+		   WHEN j.completed_by IS NOT NULL THEN 'succeeded'
+		   WHEN j.cancelled_at IS NOT NULL THEN 'cancelled'
+		   WHEN last.state = 'unknown' THEN 'unknown'
+		   WHEN last.state = 'started' THEN 'running'
+		   WHEN j.max_attempts IS NOT NULL
+				AND COALESCE(last.tries, 0) >= j.max_attempts THEN 'failed'
+		   ELSE 'pending'
+	   END AS state,
+	   j.version,
+	   COALESCE(last.attempt_no, 0) AS attempts,
+	   j.completed_by,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN j.result END AS result,
+	   j.created_at,
+	   j.completed_at,
+	   j.cancelled_at,
+	   j.scope,
+	   j.previous_job_id,
+	   j.replaced_at
+  FROM jobguard.jobs j
+  LEFT JOIN LATERAL (
+	   SELECT a.attempt_no, COALESCE(a.tries, a.attempt_no) AS tries,
+			  jobguard.attempt_state(a.state, a.deadline) AS state
+		 FROM jobguard.attempts a
+		WHERE a.job_id = j.id
+		ORDER BY a.attempt_no DESC
+		LIMIT 1) last ON true
+ WHERE jobguard.scope_visible(j.scope);
+
+-- Every attempt with its effective state; provider_key and tries appended.
+CREATE OR REPLACE VIEW jobguard.attempt_overview WITH (security_barrier) AS
+SELECT a.id AS attempt_id,
+	   a.job_id,
+	   a.attempt_no,
+	   a.provider,
+	   jobguard.attempt_state(a.state, a.deadline) AS state,
+	   a.read_version,
+	   a.attempt_key,
+	   a.started_at,
+	   a.deadline,
+	   a.finished_at,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN a.error END AS error,
+	   a.lost_to,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN a.lost_result END AS lost_result,
+	   a.cancelled_at,
+	   a.cancel_reason,
+	   a.worker,
+	   a.provider_key,
+	   a.tries,
+	   a.unknown_since
+  FROM jobguard.attempts a
+  JOIN jobguard.jobs j ON j.id = a.job_id
+ WHERE jobguard.scope_visible(j.scope);
+
+/*
+ * provider_key: the provider key of an attempt the caller may read
+ * (JG009 for any other id, as for every reader).
+ */
+CREATE FUNCTION jobguard.provider_key(attempt_id bigint)
+RETURNS text
+LANGUAGE C STABLE
+AS 'MODULE_PATHNAME', 'jobguard_provider_key';
+
+COMMENT ON FUNCTION jobguard.provider_key(bigint) IS 'the idempotency key to send the provider for an attempt';
+
+REVOKE ALL ON FUNCTION jobguard.provider_key(bigint) FROM PUBLIC;
+
+/*
+ * claim returns, after deadline, the attempt's provider_key and whether
+ * it is a redrive of a stalled attempt (same key, same provider).  The
+ * library builds its rows for the declared result, so a 1.1 database's
+ * seven-column claim keeps working until it is updated.
+ */
+DROP FUNCTION jobguard.claim(text, text[], interval, integer, text, interval);
+
+CREATE FUNCTION jobguard.claim(worker text,
+							   operations text[] DEFAULT NULL,
+							   timeout interval DEFAULT '30 seconds',
+							   max_jobs integer DEFAULT 1,
+							   provider text DEFAULT NULL,
+							   wait interval DEFAULT '0')
+RETURNS TABLE (attempt_id bigint, job_id bigint, attempt_no integer, operation text,
+			   provider text, params jsonb, deadline timestamptz,
+			   provider_key text, redrive boolean)
+AS 'MODULE_PATHNAME', 'jobguard_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval) IS 'begin an attempt on each of up to max_jobs runnable jobs (redrives of stalled attempts first, then oldest first), and return them with their provider keys';
+
+REVOKE ALL ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval) FROM PUBLIC;
+
+/*
+ * redrive_attempt: an unknown attempt re-asked of the same provider under
+ * the same key, while the provider still deduplicates it: in one
+ * transaction the attempt is cancelled ("redriven as attempt <n>") and
+ * attempt n begins.  JG006 with a DETAIL when it is not redrivable; never
+ * waits (55P03 when another transaction holds the job or the attempt).
+ */
+CREATE FUNCTION jobguard.redrive_attempt(attempt_id bigint)
+RETURNS bigint
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'jobguard_redrive_attempt';
+
+COMMENT ON FUNCTION jobguard.redrive_attempt(bigint) IS 'cancel an unknown attempt and begin the same request again against the same provider under the same provider key; returns the new attempt id';
+
+REVOKE ALL ON FUNCTION jobguard.redrive_attempt(bigint) FROM PUBLIC;
+
+/*
+ * Reconciliation (doc/reference.md, "Reconciliation"): claim_unknown()
+ * leases unknown attempts to reconcilers.  A lease is a row here, not a
+ * column of jobguard.attempts: it changes at every reconciler's pass and
+ * says nothing about the attempt's history, so it stays out of the table
+ * that every begin and finish writes (no new row versions there, nothing
+ * the fast path must know).  No foreign key either (its triggers would
+ * make the fast path step aside): claim_unknown() removes the leases that
+ * ran out a day ago of attempts no longer unknown.  Not dumped: a lease
+ * is worth its seconds, and a restored database starts with none.
+ */
+CREATE TABLE jobguard.reconcile_leases (
+	attempt_id		bigint PRIMARY KEY,
+	worker			jobguard.key_text NOT NULL,
+	leased_until	timestamptz NOT NULL
+);
+
+COMMENT ON TABLE jobguard.reconcile_leases IS 'which reconciler holds an unknown attempt (claim_unknown), and until when';
+
+/*
+ * The jobs whose open attempt is unknown, in the scopes the caller may
+ * read: since when, and whether (and until when) claim() or
+ * redrive_attempt() may redrive it.  Jobs not redrivable are "blocked"
+ * (stats(): blocked.jobs, blocked.oldest_seconds).
+ */
+CREATE VIEW jobguard.blocked_jobs WITH (security_barrier) AS
+SELECT j.id AS job_id,
+	   j.scope,
+	   j.operation,
+	   a.provider,
+	   a.id AS attempt_id,
+	   a.provider_key,
+	   COALESCE(a.unknown_since, a.deadline) AS unknown_since,
+	   COALESCE(w.window_end > now(), false) AS redrivable,
+	   w.window_end AS redrivable_until
+  FROM jobguard.jobs j
+  JOIN jobguard.attempts a ON a.job_id = j.id AND a.state IN ('started', 'unknown')
+  LEFT JOIN jobguard.provider_policy p ON p.provider = a.provider
+  LEFT JOIN LATERAL (
+	   SELECT min(f.started_at) + p.dedupes_for
+			  - greatest(p.dedupes_for * 0.01::float8, interval '1 minute') AS window_end
+		 FROM jobguard.attempts f
+		WHERE f.job_id = a.job_id AND f.provider_key = a.provider_key) w ON true
+ WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL
+   AND jobguard.attempt_state(a.state, a.deadline) = 'unknown'
+   AND jobguard.scope_visible(j.scope);
+
+COMMENT ON VIEW jobguard.blocked_jobs IS 'jobs whose open attempt is unknown, with whether and until when they can be redriven';
+
+CREATE FUNCTION jobguard.claim_unknown(worker text, operations text[] DEFAULT NULL,
+									   max_rows integer DEFAULT 1,
+									   older_than interval DEFAULT '0',
+									   lease interval DEFAULT '30 seconds')
+RETURNS TABLE (attempt_id bigint, job_id bigint, operation text, provider text,
+			   provider_key text, params jsonb, unknown_since timestamptz, redrivable boolean)
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'jobguard_claim_unknown';
+
+COMMENT ON FUNCTION jobguard.claim_unknown(text, text[], integer, interval, interval) IS 'lease unknown attempts to a reconciler, longest unknown first: no other reconciler gets them while the lease lasts';
+
+REVOKE ALL ON FUNCTION jobguard.claim_unknown(text, text[], integer, interval, interval) FROM PUBLIC;
+
+
+---------------------------------------------------------------------------
 -- The rights 1.2's functions add to the grant functions' (1.1's
 -- apply_grant lists the 1.1 functions; a trigger on jobguard.grants gives
 -- the later ones, so that apply_grant is not written again per release).
@@ -69,8 +345,17 @@ LANGUAGE plpgsql VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
+	EXECUTE format('GRANT SELECT ON jobguard.provider_policies, jobguard.blocked_jobs TO %s', NEW.role);
+	EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.provider_key(bigint) TO %s', NEW.role);
 	IF NEW.kind IN ('client', 'operator') THEN
-		EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) TO %s',
+		EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.finish_many(bigint[], jsonb[]),'
+					   ' jobguard.redrive_attempt(bigint),'
+					   ' jobguard.claim_unknown(text, text[], integer, interval, interval) TO %s',
+					   NEW.role);
+	END IF;
+	IF NEW.kind = 'operator' THEN
+		EXECUTE format('GRANT EXECUTE ON FUNCTION'
+					   ' jobguard.set_provider_policy(text, interval, integer, numeric) TO %s',
 					   NEW.role);
 	END IF;
 	RETURN NULL;
@@ -102,10 +387,33 @@ BEGIN
 		  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
 		 WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
 				   'jobguard.finish_many(bigint[], jsonb[])'::pg_catalog.regprocedure,
+				   'jobguard.set_provider_policy(text, interval, integer, numeric)'::pg_catalog.regprocedure,
+				   'jobguard.provider_key(bigint)'::pg_catalog.regprocedure,
+				   'jobguard.redrive_attempt(bigint)'::pg_catalog.regprocedure,
+				   'jobguard.claim_unknown(text, text[], integer, interval, interval)'::pg_catalog.regprocedure,
+				   'jobguard.claim(text, text[], interval, integer, text, interval)'::pg_catalog.regprocedure,
 				   'jobguard.grant_added_routines()'::pg_catalog.regprocedure])
 		   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
 	LOOP
 		EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM %s', g.routine, g.grantee);
+		IF g.grantee <> 'PUBLIC' AND NOT g.grantee = ANY (taken) THEN
+			taken := taken || g.grantee;
+		END IF;
+	END LOOP;
+	-- and the tables and views of this script
+	FOR g IN
+		SELECT c.oid::pg_catalog.regclass AS rel,
+			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END AS grantee
+		  FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+		 WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				   'jobguard.provider_policy'::pg_catalog.regclass,
+				   'jobguard.provider_policies'::pg_catalog.regclass,
+				   'jobguard.reconcile_leases'::pg_catalog.regclass,
+				   'jobguard.blocked_jobs'::pg_catalog.regclass])
+		   AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s FROM %s', g.rel, g.grantee);
 		IF g.grantee <> 'PUBLIC' AND NOT g.grantee = ANY (taken) THEN
 			taken := taken || g.grantee;
 		END IF;
@@ -124,6 +432,25 @@ BEGIN
 	LOOP
 		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobguard.finish_many(bigint[], jsonb[]) TO %s',
 								  g.role);
+	END LOOP;
+	FOR g IN SELECT gr.role, gr.kind FROM jobguard.grants gr
+	LOOP
+		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.provider_policies, jobguard.blocked_jobs TO %s',
+								  g.role);
+		EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobguard.provider_key(bigint) TO %s', g.role);
+		IF g.kind OPERATOR(pg_catalog.=) ANY ('{client,operator}'::pg_catalog.text[]) THEN
+			-- claim was made again above, without the rights it had
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+									  ' jobguard.claim(text, text[], interval, integer, text, interval),'
+									  ' jobguard.redrive_attempt(bigint),'
+									  ' jobguard.claim_unknown(text, text[], integer, interval, interval) TO %s',
+									  g.role);
+		END IF;
+		IF g.kind OPERATOR(pg_catalog.=) 'operator' THEN
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+									  ' jobguard.set_provider_policy(text, interval, integer, numeric) TO %s',
+									  g.role);
+		END IF;
 	END LOOP;
 END
 $$;

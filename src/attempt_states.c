@@ -17,6 +17,7 @@
  */
 #include "postgres.h"
 
+#include "utils/builtins.h"
 #include "utils/timestamp.h"
 
 #include "store_rows.h"
@@ -80,4 +81,31 @@ attempt_effective_state(AttemptState stored, TimestampTz deadline, TimestampTz n
 	if (stored == ATTEMPT_STARTED && deadline <= now)
 		return ATTEMPT_UNKNOWN;
 	return stored;
+}
+
+/*
+ * provider_key_new: a new provider key (doc/reference.md, "Provider
+ * keys"): 32 lower-case hex characters of 16 bytes from the strong random
+ * source, so that no two databases ever make the same key.  Both back ends
+ * take their new keys from here; the update's keys of 1.1 attempts (an
+ * md5, also 32 hex characters) have the same form.
+ */
+Datum
+provider_key_new(void)
+{
+	uint8		bytes[PROVIDER_KEY_BYTES];
+	char		hex[PROVIDER_KEY_BYTES * 2 + 1];
+	static const char digits[] = "0123456789abcdef";
+
+	if (!pg_strong_random(bytes, sizeof(bytes)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INTERNAL_ERROR),
+				 errmsg("jobguard: could not generate a random provider key")));
+	for (int i = 0; i < PROVIDER_KEY_BYTES; i++)
+	{
+		hex[2 * i] = digits[bytes[i] >> 4];
+		hex[2 * i + 1] = digits[bytes[i] & 0x0f];
+	}
+	hex[PROVIDER_KEY_BYTES * 2] = '\0';
+	return CStringGetTextDatum(hex);
 }

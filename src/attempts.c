@@ -281,6 +281,8 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 	store_set_not_before(attempt.job_id,
 						 retry_in != NULL ? retry_in : backoff_delay(attempt.job_id, attempt.attempt_no));
 	stats_gauge_move(GAUGE_ATTEMPT(attempt.stored_state), GAUGE_ATTEMPT(ATTEMPT_FAILED), 1);
+	if (attempt.state == ATTEMPT_UNKNOWN)
+		stats_count(STAT_RECONCILED);	/* an unknown attempt ended */
 	count_job_moved(attempt.job_id, job_before);
 	notify_if_job_failed(attempt.job_id);
 	claim_work_ready(attempt.job_id);	/* the gate opened: a claim may take it */

@@ -115,6 +115,8 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 								 0, (Datum) 0))
 			return NULL;
 		stats_count(STAT_CONTRACT_REJECTIONS);
+		if (attempt->state == ATTEMPT_UNKNOWN)
+			stats_count(STAT_RECONCILED);	/* an unknown attempt ended */
 		stats_gauge_move(GAUGE_ATTEMPT(attempt->stored_state), GAUGE_ATTEMPT(ATTEMPT_FAILED), 1);
 		if (job_before != GAUGE_NONE)
 			stats_gauge_move(job_before, store_stored_job_gauge(attempt->job_id), 1);
@@ -139,6 +141,8 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 			return NULL;
 		case CLAIM_WON:
 			stats_count(STAT_CAS_WINS);
+			if (attempt->state == ATTEMPT_UNKNOWN)
+				stats_count(STAT_RECONCILED);	/* an unknown attempt ended */
 			stats_gauge_move(GAUGE_ATTEMPT(attempt->stored_state), GAUGE_ATTEMPT(ATTEMPT_SUCCEEDED), 1);
 			if (job_before != GAUGE_NONE)
 				stats_gauge_move(job_before, GAUGE_JOBS_SUCCEEDED, 1);
@@ -154,6 +158,8 @@ finish_once(const AttemptRow *attempt, const FinishJob *job, Datum result)
 		elog(ERROR, "jobguard: attempt %lld changed under its own lock", (long long) attempt->id);
 	report_lost(attempt, has_winner, winner);
 	stats_count(STAT_CAS_LOSSES);
+	if (attempt->state == ATTEMPT_UNKNOWN)
+		stats_count(STAT_RECONCILED);	/* an unknown attempt ended */
 	/* the job stays as it was: succeeded by another attempt, or cancelled */
 	stats_gauge_move(GAUGE_ATTEMPT(attempt->stored_state), GAUGE_ATTEMPT(ATTEMPT_LOST), 1);
 	return "lost";

@@ -69,7 +69,7 @@
 /* Where the counters wait from a clean shutdown to the next start. */
 #define STATS_DUMP_FILE PGSTAT_STAT_PERMANENT_DIRECTORY "/jobguard.stat"
 /* The dump file's first word; changed whenever its layout changes. */
-#define STATS_FILE_HEADER 0x4A470102
+#define STATS_FILE_HEADER 0x4A470103
 
 /* The counters of one database. */
 typedef struct DatabaseCounters
@@ -133,6 +133,8 @@ static const char *const counter_names[STAT_COUNT] = {
 	[STAT_CONTRACT_REJECTIONS] = "finishes.rejected",
 	[STAT_SWEPT] = "sweeper.marked_unknown",
 	[STAT_PURGED] = "purge.jobs_deleted",
+	[STAT_REDRIVES] = "redrives",
+	[STAT_RECONCILED] = "reconciled",
 };
 
 /* The names of the gauges, in Gauge order. */

@@ -23,10 +23,12 @@ typedef enum StatCounter
 	STAT_CAS_LOSSES,
 	STAT_CONTRACT_REJECTIONS,
 	STAT_SWEPT,
-	STAT_PURGED
+	STAT_PURGED,
+	STAT_REDRIVES,
+	STAT_RECONCILED
 } StatCounter;
 
-#define STAT_COUNT (STAT_PURGED + 1)
+#define STAT_COUNT (STAT_RECONCILED + 1)
 
 /*
  * The state gauges: jobs per state, then attempts per state in AttemptState

@@ -22,6 +22,7 @@
 #include "args.h"
 #include "notify_worker.h"
 #include "metrics.h"
+#include "schema_level.h"
 #include "store.h"
 #include "store_backend.h"
 
@@ -316,12 +317,38 @@ jobguard_stats(PG_FUNCTION_ARGS)
 		store_finish(&caller);
 	}
 
+	/* 1.2: the jobs blocked by an unknown attempt that cannot be redriven */
+	{
+		int64		blocked;
+		int64		oldest;
+		bool		found;
+
+		store_connect(&caller);
+		found = store_blocked_counts(&blocked, &oldest);
+		store_finish(&caller);
+		if (found)
+		{
+			Datum		values[2];
+			bool		nulls[2] = {false, false};
+
+			values[0] = text_result("blocked.jobs");
+			values[1] = Int64GetDatum(blocked);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+			values[0] = text_result("blocked.oldest_seconds");
+			values[1] = Int64GetDatum(oldest);
+			tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		}
+	}
+
 	for (int c = 0; c < STAT_COUNT; c++)
 	{
 		Datum		values[2];
 		bool		nulls[2] = {false, false};
 		uint64		count;
 
+		/* a 1.1 database's stats() shows 1.1's counters */
+		if ((c == STAT_REDRIVES || c == STAT_RECONCILED) && !schema_is_1_2())
+			continue;
 		values[0] = text_result(stats_counter_name((StatCounter) c));
 		if (stats_read((StatCounter) c, &count))
 			values[1] = Int64GetDatum((int64) count);

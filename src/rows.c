@@ -305,6 +305,44 @@ lock_job_for_key_share(Relation jobs, TupleTableSlot *slot, Snapshot snap)
 }
 
 /*
+ * same_provider_key: the provider key of a new attempt of the job against
+ * provider, as STMT_BEGIN_ATTEMPT computes it: the key of the latest
+ * attempt against that provider unless it failed, else a new one.  The
+ * attempts are read backwards from number last_no, by the unique index on
+ * (job_id, attempt_no); usually the first one read decides.
+ */
+static Datum
+same_provider_key(RowsCatalog *cat, Relation attempts, int64 job_id, int32 last_no,
+				  const char *provider, Snapshot snap)
+{
+	const AttrNumber *a = cat->attempt_att;
+	RegProcedure procs[2] = {F_INT8EQ, F_INT4EQ};
+	TupleTableSlot *slot = table_slot_create(attempts, NULL);
+	Datum		result = (Datum) 0;
+
+	for (int32 n = last_no; n >= 1; n--)
+	{
+		Datum		key[2] = {Int64GetDatum(job_id), Int32GetDatum(n)};
+		bool		isnull;
+		Datum		found_key;
+
+		if (!rows_fetch_by_key(attempts, cat->attempts_job_attempt_no, 2, key, procs,
+							   ForwardScanDirection, snap, slot))
+			continue;
+		if (strcmp(rows_col_text(slot, a[ATT_PROVIDER]), provider) != 0)
+			continue;
+		if (attempt_state_from_name(rows_col_text(slot, a[ATT_STATE])) == ATTEMPT_FAILED)
+			break;
+		found_key = rows_col(slot, a[ATT_PROVIDER_KEY], &isnull);
+		if (!isnull)
+			result = PointerGetDatum(PG_DETOAST_DATUM_COPY(found_key));
+		break;
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	return result != (Datum) 0 ? result : provider_key_new();
+}
+
+/*
  * begin_attempt: store_begin_attempt() without SQL, with the same
  * gate: the job open, its latest attempt closed, attempts left, a fallback
  * provider certified; then the insert, decided by the partial unique index
@@ -322,6 +360,7 @@ begin_attempt(const BeginRequest *req)
 	RowWriter	w;
 	JobRow		job;
 	int32		last_no = 0;
+	int32		last_tries = 0;
 	bool		open = true;
 	int64		id = 0;
 
@@ -341,15 +380,21 @@ begin_attempt(const BeginRequest *req)
 			AttemptState last_state = attempt_state_from_name(rows_col_text(w.old_row, a[ATT_STATE]));
 
 			last_no = DatumGetInt32(rows_col(w.old_row, a[ATT_ATTEMPT_NO], &isnull));
+			last_tries = DatumGetInt32(rows_col(w.old_row, a[ATT_TRIES], &isnull));
+			if (isnull)
+				last_tries = last_no;	/* 1.1's attempts: every one counted */
 			open = attempt_state_is_open(last_state);
 		}
 		if (!open &&
-			(!job.has_max_attempts || last_no < job.max_attempts) &&
+			(!job.has_max_attempts || last_tries < job.max_attempts) &&
 			(wanted == NULL || strcmp(wanted, job.provider) == 0 ||
 			 is_certified(cat, job.operation, wanted, snap)) &&
 			lock_job_for_key_share(jobs, job_slot, snap))
 		{
 			Datum		now = req->started_at != 0 ? TimestampTzGetDatum(req->started_at) : rows_now();
+			const char *provider = wanted != NULL ? wanted : job.provider;
+			Datum		provider_key = same_provider_key(cat, w.rel, req->job_id, last_no,
+														 provider, snap);
 
 			rows_new_row_start(&w);
 			rows_set(&w, a[ATT_JOB_ID], Int64GetDatum(req->job_id), false);
@@ -362,6 +407,8 @@ begin_attempt(const BeginRequest *req)
 			rows_set(&w, a[ATT_DEADLINE], DirectFunctionCall2(timestamptz_pl_interval, now, req->timeout), false);
 			rows_set(&w, a[ATT_WORKER], req->worker, req->worker_null);
 			rows_set(&w, a[ATT_TIMEOUT], req->timeout, false);
+			rows_set(&w, a[ATT_PROVIDER_KEY], provider_key, false);
+			rows_set(&w, a[ATT_TRIES], Int32GetDatum(last_tries + 1), false);
 			/* id: the column's default, as in SQL */
 			if (rows_insert_unless_conflict(&w, NIL, snap))
 				id = DatumGetInt64(w.new_row->tts_values[a[ATT_ID] - 1]);

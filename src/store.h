@@ -66,7 +66,8 @@ extern int	store_claim_candidates(const char *scope, Datum operations, bool oper
 								   TimestampTz now, Datum provider, bool provider_null,
 								   int max_jobs, int64 from_id, int64 *ids);
 extern int64 store_claim_floor(void);
-extern void store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo);
+extern void store_put_claimed(const int64 *ids, const bool *redrives, int count,
+							  ReturnSetInfo *rsinfo);
 
 /* store_admin.c: reads, operations and certifications, upkeep */
 extern bool store_job_state(int64 job_id, char **state, char **scope);
@@ -77,6 +78,21 @@ extern void store_id_scopes(int64 id, char **job_scope, char **attempt_scope);
 extern void store_define_operation(Datum operation, Datum contract,
 								   Datum retry_backoff, bool retry_backoff_null,
 								   Datum retry_backoff_max, bool retry_backoff_max_null);
+extern void store_set_provider_policy(Datum provider, Datum dedupes_for, bool dedupes_null,
+									  Datum max_in_flight, bool in_flight_null,
+									  Datum max_per_second, bool per_second_null);
+extern bool store_provider_key(int64 attempt_id, char **provider_key, char **scope);
+extern bool store_redrive_read(int64 attempt_id, const char *scope, bool skip_locked,
+							   RedriveRow *row);
+extern int64 store_redrive_begin(int64 attempt_id, Datum worker, bool worker_null,
+								 Datum timeout, bool timeout_null, TimestampTz started_at);
+extern void store_claim_unknown(const char *scope, Datum worker, Datum operations,
+								bool operations_null, int max_rows, Datum older_than,
+								Datum lease, ReturnSetInfo *rsinfo);
+extern bool store_blocked_counts(int64 *blocked, int64 *oldest_seconds);
+extern int	store_redrive_candidates(const char *scope, Datum operations, bool operations_null,
+									 Datum provider, bool provider_null, int max_rows,
+									 int64 *attempt_ids);
 extern void store_certify_provider(Datum operation, Datum provider,
 								   Datum evidence, bool evidence_null);
 extern bool store_revoke_provider(Datum operation, Datum provider);

@@ -173,6 +173,41 @@ store_define_operation(Datum operation, Datum contract,
 	sql_run(STMT_DEFINE_OPERATION, values, nulls);
 }
 
+/*
+ * store_set_provider_policy: set or replace a provider's policy; with no
+ * value at all, remove it.
+ */
+void
+store_set_provider_policy(Datum provider, Datum dedupes_for, bool dedupes_null,
+						  Datum max_in_flight, bool in_flight_null,
+						  Datum max_per_second, bool per_second_null)
+{
+	Datum		values[4] = {provider, dedupes_for, max_in_flight, max_per_second};
+	char		nulls[4] = {' ', dedupes_null ? 'n' : ' ', in_flight_null ? 'n' : ' ',
+	per_second_null ? 'n' : ' '};
+
+	if (dedupes_null && in_flight_null && per_second_null)
+		sql_run(STMT_DROP_PROVIDER_POLICY, values, NULL);
+	else
+		sql_run(STMT_SET_PROVIDER_POLICY, values, nulls);
+}
+
+/*
+ * store_provider_key: an attempt's provider key and its job's scope; false
+ * when there is no such attempt.
+ */
+bool
+store_provider_key(int64 attempt_id, char **provider_key, char **scope)
+{
+	Datum		values[1] = {Int64GetDatum(attempt_id)};
+
+	if (sql_run(STMT_PROVIDER_KEY, values, NULL) == 0)
+		return false;
+	*provider_key = sql_column_text(1);
+	*scope = sql_column_text(2);
+	return true;
+}
+
 /* store_certify_provider: certify a provider, or renew its certification. */
 void
 store_certify_provider(Datum operation, Datum provider,

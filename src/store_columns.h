@@ -63,7 +63,10 @@
 	X(ATT_CANCELLED_AT, "cancelled_at", TIMESTAMPTZOID) \
 	X(ATT_CANCEL_REASON, "cancel_reason", TEXTOID) \
 	X(ATT_WORKER, "worker", TEXTOID) \
-	X(ATT_TIMEOUT, "timeout", INTERVALOID)
+	X(ATT_TIMEOUT, "timeout", INTERVALOID) \
+	X(ATT_PROVIDER_KEY, "provider_key", TEXTOID) \
+	X(ATT_TRIES, "tries", INT4OID) \
+	X(ATT_UNKNOWN_SINCE, "unknown_since", TIMESTAMPTZOID)
 
 /* The columns of jobguard.operations the fast path reads. */
 #define OPERATIONS_COLUMNS(X) \

@@ -16,11 +16,13 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
 
+#include "schema_level.h"
 #include "store.h"
 #include "store_backend.h"
 #include "store_sql.h"
@@ -230,15 +232,22 @@ store_lock_job(int64 job_id, const char *scope, JobRow *job)
 	return true;
 }
 
-/* store_last_attempt: the job's latest attempt; false if it has none. */
+/*
+ * store_last_attempt: the job's latest attempt, with its tries; false if
+ * it has none.
+ */
 bool
 store_last_attempt(int64 job_id, AttemptRow *attempt)
 {
 	Datum		values[1] = {Int64GetDatum(job_id)};
 
+	bool		isnull;
+
 	if (sql_run(STMT_LAST_ATTEMPT, values, NULL) == 0)
 		return false;
 	sql_read_attempt_row(attempt);
+	/* after the attempt row: its tries (1.1: its attempt_no) */
+	attempt->tries = DatumGetInt32(sql_column_value(ATTEMPT_COLUMN_COUNT + 1, &isnull));
 	return true;
 }
 
@@ -254,11 +263,12 @@ store_last_attempt(int64 job_id, AttemptRow *attempt)
 static int64
 sql_begin_attempt(const BeginRequest *req)
 {
-	Datum		values[7] = {Int64GetDatum(req->job_id), req->provider, req->attempt_key,
-		req->timeout, (Datum) 0, req->worker, TimestampTzGetDatum(req->started_at)};
-	char		nulls[7] = {' ', req->provider_null ? 'n' : ' ',
+	Datum		values[8] = {Int64GetDatum(req->job_id), req->provider, req->attempt_key,
+		req->timeout, (Datum) 0, req->worker, TimestampTzGetDatum(req->started_at),
+	provider_key_new()};
+	char		nulls[8] = {' ', req->provider_null ? 'n' : ' ',
 		req->attempt_key_null ? 'n' : ' ', ' ', ' ', req->worker_null ? 'n' : ' ',
-	req->started_at == 0 ? 'n' : ' '};
+	req->started_at == 0 ? 'n' : ' ', ' '};
 	bool		isnull;
 
 	values[4] = scope_datum(req->scope, &nulls[4]);
@@ -507,11 +517,19 @@ store_claim_floor(void)
 	return sql_column_int64(1, &isnull);
 }
 
+/*
+ * The columns of claim()'s rows: those of 1.1, then 1.2's provider_key
+ * and redrive.  A 1.1 database's claim() is declared with the first seven.
+ */
+#define CLAIMED_COLUMNS_1_1 7
+#define CLAIMED_COLUMNS 9
+
 /* One row claim() returns, with the job it is for. */
 typedef struct ClaimedRow
 {
 	int64		job_id;
-	HeapTuple	tuple;
+	Datum		values[CLAIMED_COLUMNS];
+	bool		nulls[CLAIMED_COLUMNS];
 } ClaimedRow;
 
 /* claimed_row_order: qsort order of claimed rows, oldest job first. */
@@ -526,14 +544,20 @@ claimed_row_order(const void *a, const void *b)
 
 /*
  * store_put_claimed: the rows claim() returns for the attempts begun
- * (ids, count of them), oldest job first, into the materialized result.
+ * (ids, count of them; redrives[i]: whether ids[i] is a redrive), oldest
+ * job first, into the materialized result.  The rows are built for the
+ * function's declared result, its first 7 or all 9 columns (a 1.1
+ * database declares 7).
  */
 void
-store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo)
+store_put_claimed(const int64 *ids, const bool *redrives, int count, ReturnSetInfo *rsinfo)
 {
 	ClaimedRow *rows = palloc(sizeof(ClaimedRow) * count);
+	int			natts = rsinfo->setDesc->natts;
 	int			n = 0;
 
+	if (natts != CLAIMED_COLUMNS_1_1 && natts != CLAIMED_COLUMNS)
+		elog(ERROR, "jobguard: claim() declared with %d columns", natts);
 	for (int i = 0; i < count; i++)
 	{
 		Datum		values[1] = {Int64GetDatum(ids[i])};
@@ -542,13 +566,133 @@ store_put_claimed(const int64 *ids, int count, ReturnSetInfo *rsinfo)
 		if (sql_run(STMT_CLAIMED, values, NULL) == 0)
 			continue;
 		rows[n].job_id = sql_column_int64(2, &isnull);
-		rows[n].tuple = SPI_tuptable->vals[0];
+		heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+						  rows[n].values, rows[n].nulls);
+		rows[n].values[CLAIMED_COLUMNS - 1] = BoolGetDatum(redrives[i]);
+		rows[n].nulls[CLAIMED_COLUMNS - 1] = false;
 		n++;
 	}
 	qsort(rows, n, sizeof(ClaimedRow), claimed_row_order);
 	for (int i = 0; i < n; i++)
-		tuplestore_puttuple(rsinfo->setResult, rows[i].tuple);
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc,
+							 rows[i].values, rows[i].nulls);
 	pfree(rows);
+}
+
+/*
+ * store_redrive_read: read an attempt for a redrive, locking its job and
+ * itself without waiting (see STMT_REDRIVE_READ): skip_locked false raises
+ * 55P03 when another transaction holds either, true returns false as for
+ * an attempt that does not exist (or not in the scope).
+ */
+bool
+store_redrive_read(int64 attempt_id, const char *scope, bool skip_locked, RedriveRow *row)
+{
+	Datum		values[2];
+	char		nulls[2] = {' ', ' '};
+	bool		isnull;
+	Datum		end;
+
+	values[0] = Int64GetDatum(attempt_id);
+	values[1] = scope_datum(scope, &nulls[1]);
+	if (sql_run(skip_locked ? STMT_REDRIVE_READ_SKIP : STMT_REDRIVE_READ, values, nulls) == 0)
+		return false;
+	row->job_id = sql_column_int64(1, &isnull);
+	row->attempt_no = DatumGetInt32(sql_column_value(2, &isnull));
+	row->provider = sql_column_text(3);
+	row->stored_state = attempt_state_from_name(sql_column_text(4));
+	row->state = attempt_state_from_name(sql_column_text(5));
+	row->provider_key = sql_column_text(6);
+	row->job_closed = sql_column_bool(7);
+	row->dedupes = sql_column_bool(8);
+	end = sql_column_value(9, &isnull);
+	row->window_end = isnull ? 0 : DatumGetTimestampTz(end);
+	row->in_window = sql_column_bool(10);
+	return true;
+}
+
+/*
+ * store_redrive_begin: the redrive's new attempt after attempt_id (see
+ * STMT_REDRIVE_BEGIN); worker and timeout NULL: none, and the redriven
+ * attempt's own timeout.  started_at 0: now().  Returns its id.
+ */
+int64
+store_redrive_begin(int64 attempt_id, Datum worker, bool worker_null,
+					Datum timeout, bool timeout_null, TimestampTz started_at)
+{
+	Datum		values[4] = {Int64GetDatum(attempt_id), worker, timeout,
+	TimestampTzGetDatum(started_at)};
+	char		nulls[4] = {' ', worker_null ? 'n' : ' ', timeout_null ? 'n' : ' ',
+	started_at == 0 ? 'n' : ' '};
+	bool		isnull;
+
+	if (sql_run(STMT_REDRIVE_BEGIN, values, nulls) != 1)
+		elog(ERROR, "jobguard: redrive of attempt %lld began no attempt", (long long) attempt_id);
+	return sql_column_int64(1, &isnull);
+}
+
+/*
+ * store_redrive_candidates: the attempts claim() may redrive (see
+ * STMT_REDRIVE_CANDIDATES), their jobs locked; returns how many, at most
+ * max_rows, into attempt_ids.
+ */
+int
+store_redrive_candidates(const char *scope, Datum operations, bool operations_null,
+						 Datum provider, bool provider_null, int max_rows,
+						 int64 *attempt_ids)
+{
+	Datum		values[4] = {(Datum) 0, operations, provider, Int32GetDatum(max_rows)};
+	char		nulls[4] = {' ', operations_null ? 'n' : ' ', provider_null ? 'n' : ' ', ' '};
+	uint64		n;
+
+	values[0] = scope_datum(scope, &nulls[0]);
+	n = sql_run(STMT_REDRIVE_CANDIDATES, values, nulls);
+	for (uint64 i = 0; i < n; i++)
+	{
+		bool		isnull;
+
+		attempt_ids[i] = DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[i],
+													 SPI_tuptable->tupdesc, 1, &isnull));
+	}
+	return (int) n;
+}
+
+/*
+ * store_claim_unknown: lease unknown attempts to a reconciler and put
+ * their rows into the materialized result (see STMT_CLAIM_UNKNOWN).
+ */
+void
+store_claim_unknown(const char *scope, Datum worker, Datum operations,
+					bool operations_null, int max_rows, Datum older_than,
+					Datum lease, ReturnSetInfo *rsinfo)
+{
+	Datum		values[6] = {(Datum) 0, worker, operations, Int32GetDatum(max_rows),
+	older_than, lease};
+	char		nulls[6] = {' ', ' ', operations_null ? 'n' : ' ', ' ', ' ', ' '};
+	uint64		n;
+
+	values[0] = scope_datum(scope, &nulls[0]);
+	n = sql_run(STMT_CLAIM_UNKNOWN, values, nulls);
+	for (uint64 i = 0; i < n; i++)
+		tuplestore_puttuple(rsinfo->setResult, SPI_tuptable->vals[i]);
+}
+
+/*
+ * store_blocked_counts: how many jobs are blocked (open attempt unknown,
+ * not redrivable) and for how many seconds the oldest has been; false in
+ * a 1.1 database, which has no such counts.
+ */
+bool
+store_blocked_counts(int64 *blocked, int64 *oldest_seconds)
+{
+	bool		isnull;
+
+	if (!schema_is_1_2())
+		return false;
+	sql_run(STMT_BLOCKED_COUNTS, NULL, NULL);
+	*blocked = sql_column_int64(1, &isnull);
+	*oldest_seconds = sql_column_int64(2, &isnull);
+	return true;
 }
 
 /* The SQL back end of store_backend.h. */

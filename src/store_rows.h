@@ -33,6 +33,9 @@ typedef enum AttemptState
 extern AttemptState attempt_state_from_name(const char *name);
 extern const char *attempt_state_name(AttemptState state);
 extern bool attempt_state_is_open(AttemptState state);
+/* A new provider key: this many random bytes, as hex (attempt_states.c). */
+#define PROVIDER_KEY_BYTES 16
+extern Datum provider_key_new(void);
 extern AttemptState attempt_effective_state(AttemptState stored, TimestampTz deadline,
 											TimestampTz now);
 
@@ -63,7 +66,24 @@ typedef struct AttemptRow
 	TimestampTz deadline;
 	char	   *attempt_key;	/* NULL when the caller gave none */
 	Datum		lost_result;	/* jsonb, valid only when state is lost */
+	int32		tries;			/* counted toward max_attempts (1.1: attempt_no);
+								 * read only by store_last_attempt */
 } AttemptRow;
+
+/* What a redrive needs to know about the attempt it redrives. */
+typedef struct RedriveRow
+{
+	int64		job_id;
+	int32		attempt_no;
+	char	   *provider;
+	AttemptState stored_state;
+	AttemptState state;			/* effective */
+	char	   *provider_key;
+	bool		job_closed;		/* succeeded or cancelled */
+	bool		dedupes;		/* its provider has dedupes_for */
+	TimestampTz window_end;		/* valid when dedupes */
+	bool		in_window;		/* now() is before window_end */
+} RedriveRow;
 
 /* What finish_attempt() needs to know about the attempt's job. */
 typedef struct FinishJob

@@ -23,6 +23,7 @@
 #include "utils/plancache.h"
 #include "utils/resowner.h"
 
+#include "schema_level.h"
 #include "store_sql.h"
 
 #define MAX_STATEMENT_ARGS 8
@@ -41,9 +42,23 @@
 	"  AND COALESCE(" last_no ", 0) OPERATOR(pg_catalog.>=) j.max_attempts THEN 'failed'" \
 	" ELSE 'pending' END"
 
-/* The last attempt of job j, stored state and number (a LATERAL join). */
-#define LAST_ATTEMPT_SQL \
-	" LEFT JOIN LATERAL (SELECT a.attempt_no, a.state FROM jobguard.attempts a" \
+/*
+ * What counts an attempt of alias x toward max_attempts: its tries in 1.2
+ * (a redrive repeats its predecessor's count; NULL, for an attempt of
+ * 1.1 or one inserted by hand, is its attempt_no), attempt_no in a 1.1
+ * database (schema_level.c), where every attempt counted.  The statements that
+ * compare with max_attempts are written once with T and made in both
+ * forms (statements[] and statements_1_1[]).
+ */
+#define TRIES_1_2(x) "COALESCE(" x ".tries, " x ".attempt_no)"
+#define TRIES_1_1(x) x ".attempt_no"
+/* How many attempts of job j count toward max_attempts (PURGEABLE_SQL_E). */
+#define USED_1_2 "pg_catalog.max(COALESCE(f.tries, f.attempt_no))"
+#define USED_1_1 "pg_catalog.count(*)"
+
+/* The last attempt of job j, stored state, number and tries (a LATERAL join). */
+#define LAST_ATTEMPT_SQL_T(T) \
+	" LEFT JOIN LATERAL (SELECT a.attempt_no, a.state, " T("a") " AS tries FROM jobguard.attempts a" \
 	"  WHERE a.job_id OPERATOR(pg_catalog.=) j.id" \
 	"  ORDER BY a.attempt_no DESC LIMIT 1) last ON true"
 
@@ -61,14 +76,14 @@
  * an open attempt is never terminal here, whatever its state: its provider
  * may still report, and that report must find its attempt.
  */
-#define PURGEABLE_SQL \
+#define PURGEABLE_SQL_E(T) \
 	"NOT EXISTS (SELECT 1 FROM jobguard.attempts o" \
 	"  WHERE o.job_id OPERATOR(pg_catalog.=) j.id" \
 	"  AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))" \
 	" AND COALESCE(j.completed_at, j.cancelled_at," \
 	"  (SELECT pg_catalog.max(COALESCE(f.finished_at, f.cancelled_at))" \
 	"     FROM jobguard.attempts f WHERE f.job_id OPERATOR(pg_catalog.=) j.id" \
-	"   HAVING pg_catalog.count(*) OPERATOR(pg_catalog.>=) j.max_attempts))" \
+	"   HAVING " T " OPERATOR(pg_catalog.>=) j.max_attempts))" \
 	"  OPERATOR(pg_catalog.<) $1"
 
 /* One statement: its text, argument types, and the SPI result it must give. */
@@ -102,6 +117,195 @@ SUBMIT_COLUMNS_CHECK()
 StaticAssertDecl(SUBMIT_COLUMN_COUNT == 7 && SUBMIT_SCOPE == 6 && SUBMIT_OPERATION == 2 &&
 				 SUBMIT_PARAMS == 3 && SUBMIT_PROVIDER == 4 && SUBMIT_MAX_ATTEMPTS == 5,
 				 "the submit statements name their parameters by these numbers");
+
+/*
+ * The statements that count attempts toward max_attempts, written once
+ * with T, the counting column (TRIES_1_2 or TRIES_1_1; for the purge
+ * and the replacement, the count: USED_1_2 or USED_1_1).
+ */
+#define CLAIM_CANDIDATES_DEF(T) { \
+		"claim candidates", \
+		"SELECT j.id FROM jobguard.jobs j" \
+		" LEFT JOIN LATERAL (" \
+		"  SELECT l.attempt_no, l.state, " T("l") " AS tries FROM jobguard.attempts l" \
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id" \
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true" \
+		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL" \
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)" \
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))" \
+		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)" \
+		" AND (last.state IS NULL" \
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))" \
+		" AND (j.max_attempts IS NULL" \
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)" \
+		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4" \
+		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])" \
+		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c" \
+		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation" \
+		"     AND c.provider OPERATOR(pg_catalog.=) $4" \
+		"     AND c.revoked_at IS NULL)))" \
+		" AND j.id OPERATOR(pg_catalog.>=) $6" \
+		" ORDER BY j.id" \
+		" LIMIT $5" \
+		" FOR NO KEY UPDATE OF j SKIP LOCKED", \
+		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID}, \
+		SPI_OK_SELECT, false \
+}
+
+#define CLAIM_FLOOR_DEF(T) { \
+		"claim floor", \
+		"SELECT COALESCE((SELECT j.id FROM jobguard.jobs j" \
+		" LEFT JOIN LATERAL (" \
+		"  SELECT l.attempt_no, l.state, " T("l") " AS tries FROM jobguard.attempts l" \
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id" \
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true" \
+		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL" \
+		" AND (last.state IS NULL" \
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))" \
+		" AND (j.max_attempts IS NULL" \
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)" \
+		" ORDER BY j.id LIMIT 1)," \
+		" (SELECT pg_catalog.max(n.id) FROM jobguard.jobs n), 0)", \
+		0, {0}, \
+		SPI_OK_SELECT, false \
+}
+
+#define PURGE_PAGE_DEF(T) { \
+		"purge page", \
+		"WITH page AS (" \
+		"  SELECT c.id, c.created_at FROM jobguard.jobs c" \
+		"   WHERE c.id OPERATOR(pg_catalog.>) $2 ORDER BY c.id LIMIT $3)," \
+		" gone AS (" \
+		"  DELETE FROM jobguard.jobs AS j USING page" \
+		"   WHERE j.id OPERATOR(pg_catalog.=) page.id AND " PURGEABLE_SQL_E(T) \
+		"   AND ($4 IS NULL OR j.operation OPERATOR(pg_catalog.=) $4)" \
+		"  RETURNING j.id, " STORED_JOB_STATE_SQL("'none'", "NULL::integer") " AS closed_as)" \
+		" SELECT (SELECT pg_catalog.max(page.id) FROM page)," \
+		"  (SELECT pg_catalog.count(*) FROM gone)," \
+		"  (SELECT pg_catalog.max(page.created_at) FROM page)," \
+		/* what went, by state, for the gauges: jobs (failed is the rest) */ \
+		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'succeeded')," \
+		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'cancelled')," \
+		/* and their attempts, as {cancelled,succeeded,lost,failed} */ \
+		"  (SELECT pg_catalog.array_agg((SELECT pg_catalog.count(*) FROM jobguard.attempts a" \
+		"     WHERE a.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT gone.id FROM gone))" \
+		"     AND a.state OPERATOR(pg_catalog.=) s.state) ORDER BY s.n)" \
+		"    FROM pg_catalog.unnest('{cancelled,succeeded,lost,failed}'::pg_catalog.text[])" \
+		"     WITH ORDINALITY AS s(state, n))", \
+		4, {TIMESTAMPTZOID, INT8OID, INT4OID, TEXTOID}, \
+		SPI_OK_SELECT, false \
+}
+
+#define STORED_STATE_COUNTS_DEF(T) { \
+		"stored state counts", \
+		"SELECT x.metric, COALESCE(c.n, 0) FROM (" \
+		" SELECT 1 AS kind, s.n AS ord, 'jobs.' OPERATOR(pg_catalog.||) s.state AS metric, s.state" \
+		" FROM pg_catalog.unnest('{pending,running,unknown,succeeded,failed,cancelled}'::pg_catalog.text[])" \
+		"  WITH ORDINALITY AS s(state, n)" \
+		" UNION ALL" \
+		" SELECT 2, s.n, 'attempts.' OPERATOR(pg_catalog.||) s.state, s.state" \
+		" FROM pg_catalog.unnest('{started,unknown,cancelled,succeeded,lost,failed}'::pg_catalog.text[])" \
+		"  WITH ORDINALITY AS s(state, n)) x" \
+		" LEFT JOIN (" \
+		"  SELECT 1 AS kind, " STORED_JOB_STATE_SQL("last.state", "last.tries") " AS state," \
+		"   pg_catalog.count(*) AS n" \
+		"  FROM jobguard.jobs j" LAST_ATTEMPT_SQL_T(T) " GROUP BY 1, 2" \
+		"  UNION ALL" \
+		"  SELECT 2, a.state, pg_catalog.count(*) FROM jobguard.attempts a GROUP BY 1, 2) c" \
+		" ON c.kind OPERATOR(pg_catalog.=) x.kind AND c.state OPERATOR(pg_catalog.=) x.state" \
+		" ORDER BY x.kind, x.ord", \
+		0, {0}, \
+		SPI_OK_SELECT, false, true \
+}
+
+#define STORED_JOB_STATE_DEF(T) { \
+		"stored job state", \
+		"SELECT " STORED_JOB_STATE_SQL("last.state", "last.tries") \
+		" FROM jobguard.jobs j" LAST_ATTEMPT_SQL_T(T) \
+		" WHERE j.id OPERATOR(pg_catalog.=) $1", \
+		1, {INT8OID}, \
+		SPI_OK_SELECT, false \
+}
+
+#define REPLACE_ENDED_JOB_DEF(T) { \
+		"replace ended job", \
+		"UPDATE jobguard.jobs AS j" \
+		" SET replaced_at = pg_catalog.now(), version = j.version OPERATOR(pg_catalog.+) 1" \
+		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.replaced_at IS NULL" \
+		" AND j.completed_by IS NULL" \
+		" AND (j.cancelled_at IS NOT NULL" \
+		"  OR (j.max_attempts IS NOT NULL" \
+		"   AND NOT EXISTS (SELECT 1 FROM jobguard.attempts o" \
+		"    WHERE o.job_id OPERATOR(pg_catalog.=) j.id" \
+		"    AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))" \
+		"   AND (SELECT " T " FROM jobguard.attempts f" \
+		"    WHERE f.job_id OPERATOR(pg_catalog.=) j.id) OPERATOR(pg_catalog.>=) j.max_attempts))" \
+		" RETURNING j.id", \
+		1, {INT8OID}, \
+		SPI_OK_UPDATE_RETURNING, false \
+}
+
+#define LAST_ATTEMPT_DEF(T) { \
+		"last attempt", \
+		"SELECT " ATTEMPT_COLUMNS ", " T("a") \
+		" FROM jobguard.attempts a" \
+		" WHERE a.job_id OPERATOR(pg_catalog.=) $1" \
+		" ORDER BY a.attempt_no DESC LIMIT 1", \
+		1, {INT8OID}, \
+		SPI_OK_SELECT, false \
+}
+
+/* The sweep; SET_SINCE: 1.2 keeps when each became unknown. */
+#define SWEEP_OVERDUE_DEF(SET_SINCE) { \
+		"sweep overdue", \
+		"WITH swept AS (" \
+		" UPDATE jobguard.attempts AS a SET state = 'unknown'" SET_SINCE \
+		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
+		"  SELECT o.id FROM jobguard.attempts o" \
+		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'" \
+		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()" \
+		"   ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED))" \
+		" AND a.state OPERATOR(pg_catalog.=) 'started'" \
+		" RETURNING a.job_id)" \
+		/* how many, and how many of their jobs are open (running -> unknown) */ \
+		" SELECT pg_catalog.count(*)," \
+		"  pg_catalog.count(*) FILTER (WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL)" \
+		" FROM swept JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) swept.job_id", \
+		1, {INT4OID}, \
+		SPI_OK_SELECT, false \
+	 \
+}
+
+/*
+ * When the window for redriving attempt a under its key ends (NULL
+ * without a policy p that deduplicates): the key's first use plus
+ * dedupes_for, less a margin of 1 % of dedupes_for, at least a minute.
+ */
+#define REDRIVE_WINDOW_END_SQL \
+	"((SELECT pg_catalog.min(f.started_at) FROM jobguard.attempts f" \
+	"   WHERE f.job_id OPERATOR(pg_catalog.=) a.job_id" \
+	"   AND f.provider_key OPERATOR(pg_catalog.=) a.provider_key)" \
+	" OPERATOR(pg_catalog.+) p.dedupes_for" \
+	" OPERATOR(pg_catalog.-) GREATEST(p.dedupes_for OPERATOR(pg_catalog.*) 0.01::pg_catalog.float8," \
+	"  '1 minute'::pg_catalog.interval))"
+
+/* The attempt a redrive reads and locks; WAIT: NOWAIT or SKIP LOCKED. */
+#define REDRIVE_READ_DEF(WAIT) { \
+		"redrive read", \
+		"SELECT a.job_id, a.attempt_no, a.provider::pg_catalog.text, a.state," \
+		" jobguard.attempt_state(a.state, a.deadline), a.provider_key," \
+		" j.completed_by IS NOT NULL OR j.cancelled_at IS NOT NULL," \
+		" p.dedupes_for IS NOT NULL, " REDRIVE_WINDOW_END_SQL "," \
+		" " REDRIVE_WINDOW_END_SQL " OPERATOR(pg_catalog.>) pg_catalog.now()" \
+		" FROM jobguard.attempts a" \
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id" \
+		" LEFT JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider" \
+		" WHERE a.id OPERATOR(pg_catalog.=) $1" \
+		" AND ($2 IS NULL OR j.scope OPERATOR(pg_catalog.=) $2)" \
+		" FOR NO KEY UPDATE OF j " WAIT " FOR UPDATE OF a " WAIT, \
+		2, {INT8OID, TEXTOID}, \
+		SPI_OK_SELECT, false \
+}
 
 static const StatementDef statements[STMT_COUNT] = {
 	/*
@@ -178,15 +382,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/* The latest attempt: the only one that can be open. */
-	[STMT_LAST_ATTEMPT] = {
-		"last attempt",
-		"SELECT " ATTEMPT_COLUMNS
-		" FROM jobguard.attempts a"
-		" WHERE a.job_id OPERATOR(pg_catalog.=) $1"
-		" ORDER BY a.attempt_no DESC LIMIT 1",
-		1, {INT8OID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_LAST_ATTEMPT] = LAST_ATTEMPT_DEF(TRIES_1_2),
 	/*
 	 * Begin the job's next attempt in one statement, with the gate in its
 	 * WHERE: the job is open, its latest attempt is not, attempts are left,
@@ -202,14 +398,22 @@ static const StatementDef statements[STMT_COUNT] = {
 		"begin attempt",
 		"INSERT INTO jobguard.attempts AS a"
 		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
-		"  started_at, deadline, worker, timeout)"
+		"  started_at, deadline, worker, timeout, provider_key, tries)"
 		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
 		"  COALESCE($2, j.provider), 'started', j.version, $3,"
 		"  COALESCE($7, pg_catalog.now()),"
-		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4"
+		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4,"
+		/* the provider key: the latest same-provider attempt's, unless it failed */
+		"  COALESCE((SELECT CASE WHEN p.state OPERATOR(pg_catalog.=) 'failed' THEN NULL"
+		"     ELSE p.provider_key END FROM jobguard.attempts p"
+		"    WHERE p.job_id OPERATOR(pg_catalog.=) j.id"
+		"    AND p.provider OPERATOR(pg_catalog.=) COALESCE($2, j.provider::pg_catalog.text)"
+		"    ORDER BY p.attempt_no DESC LIMIT 1), $8),"
+		"  COALESCE(last.tries, 0) OPERATOR(pg_catalog.+) 1"
 		" FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
-		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"  SELECT l.attempt_no, l.state, COALESCE(l.tries, l.attempt_no) AS tries"
+		"   FROM jobguard.attempts l"
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
 		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
 		" WHERE j.id OPERATOR(pg_catalog.=) $1"
@@ -218,7 +422,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" AND (last.state IS NULL"
 		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
 		" AND (j.max_attempts IS NULL"
-		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
 		" AND ($2 IS NULL OR $2 OPERATOR(pg_catalog.=) j.provider"
 		"   OR EXISTS (SELECT 1 FROM jobguard.certifications c"
 		"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
@@ -226,7 +430,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"    AND c.revoked_at IS NULL))"
 		" ON CONFLICT DO NOTHING"
 		" RETURNING a.id",
-		7, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
+		8, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	[STMT_PROVIDER_CERTIFIED] = {
@@ -329,9 +533,11 @@ static const StatementDef statements[STMT_COUNT] = {
 		6, {INT8OID, TEXTOID, TEXTOID, INT8OID, JSONBOID, TEXTOID},
 		SPI_OK_UPDATE, false
 	},
+	/* 1.2 keeps when it became unknown (at most its deadline) */
 	[STMT_MARK_UNKNOWN] = {
 		"mark unknown",
-		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		"UPDATE jobguard.attempts AS a SET state = 'unknown',"
+		" unknown_since = LEAST(pg_catalog.now(), a.deadline)"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1",
 		1, {INT8OID},
 		SPI_OK_UPDATE, false
@@ -414,34 +620,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * otherwise read it whole for every job it passes over once it has
 	 * grown; and planning it at every run costs more than running it.
 	 */
-	[STMT_CLAIM_CANDIDATES] = {
-		"claim candidates",
-		"SELECT j.id FROM jobguard.jobs j"
-		" LEFT JOIN LATERAL ("
-		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
-		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
-		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
-		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
-		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
-		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
-		" AND (j.not_before IS NULL OR j.not_before OPERATOR(pg_catalog.<=) $3)"
-		" AND (last.state IS NULL"
-		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
-		" AND (j.max_attempts IS NULL"
-		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
-		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4"
-		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])"
-		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c"
-		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
-		"     AND c.provider OPERATOR(pg_catalog.=) $4"
-		"     AND c.revoked_at IS NULL)))"
-		" AND j.id OPERATOR(pg_catalog.>=) $6"
-		" ORDER BY j.id"
-		" LIMIT $5"
-		" FOR NO KEY UPDATE OF j SKIP LOCKED",
-		6, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_CLAIM_CANDIDATES] = CLAIM_CANDIDATES_DEF(TRIES_1_2),
 	/*
 	 * What claim() returns for one attempt it began.  One attempt per run,
 	 * by its primary key: a generic plan of "a.id = ANY ($1)" made while
@@ -452,7 +631,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_CLAIMED] = {
 		"claimed",
 		"SELECT a.id, a.job_id, a.attempt_no, j.operation::pg_catalog.text,"
-		" a.provider::pg_catalog.text, j.params, a.deadline"
+		" a.provider::pg_catalog.text, j.params, a.deadline, a.provider_key"
 		" FROM jobguard.attempts a"
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1",
@@ -467,23 +646,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * none, the newest job's id: every job made runnable later lowers the
 	 * floor when it commits.
 	 */
-	[STMT_CLAIM_FLOOR] = {
-		"claim floor",
-		"SELECT COALESCE((SELECT j.id FROM jobguard.jobs j"
-		" LEFT JOIN LATERAL ("
-		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
-		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
-		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
-		" WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL"
-		" AND (last.state IS NULL"
-		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
-		" AND (j.max_attempts IS NULL"
-		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
-		" ORDER BY j.id LIMIT 1),"
-		" (SELECT pg_catalog.max(n.id) FROM jobguard.jobs n), 0)",
-		0, {0},
-		SPI_OK_SELECT, false
-	},
+	[STMT_CLAIM_FLOOR] = CLAIM_FLOOR_DEF(TRIES_1_2),
 	[STMT_JOB_STATE] = {
 		"job state",
 		JOB_STATE_SQL,
@@ -575,89 +738,21 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * Overdue started attempts, oldest deadline first, skipping any that a
 	 * finish or cancel holds locked right now.
 	 */
-	[STMT_SWEEP_OVERDUE] = {
-		"sweep overdue",
-		"WITH swept AS ("
-		" UPDATE jobguard.attempts AS a SET state = 'unknown'"
-		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-		"  SELECT o.id FROM jobguard.attempts o"
-		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'"
-		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()"
-		"   ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED))"
-		" AND a.state OPERATOR(pg_catalog.=) 'started'"
-		" RETURNING a.job_id)"
-		/* how many, and how many of their jobs are open (running -> unknown) */
-		" SELECT pg_catalog.count(*),"
-		"  pg_catalog.count(*) FILTER (WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL)"
-		" FROM swept JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) swept.job_id",
-		1, {INT4OID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF(", unknown_since = a.deadline"),
 	/*
 	 * One page of purge: the next $3 jobs after id $2 in id order, and the
 	 * terminal ones among them deleted (their attempts go with them).
 	 * Returns the page's last id, how many were deleted, and the page's
 	 * newest creation time, which tells the caller when to stop.
 	 */
-	[STMT_PURGE_PAGE] = {
-		"purge page",
-		"WITH page AS ("
-		"  SELECT c.id, c.created_at FROM jobguard.jobs c"
-		"   WHERE c.id OPERATOR(pg_catalog.>) $2 ORDER BY c.id LIMIT $3),"
-		" gone AS ("
-		"  DELETE FROM jobguard.jobs AS j USING page"
-		"   WHERE j.id OPERATOR(pg_catalog.=) page.id AND " PURGEABLE_SQL
-		"   AND ($4 IS NULL OR j.operation OPERATOR(pg_catalog.=) $4)"
-		"  RETURNING j.id, " STORED_JOB_STATE_SQL("'none'", "NULL::integer") " AS closed_as)"
-		" SELECT (SELECT pg_catalog.max(page.id) FROM page),"
-		"  (SELECT pg_catalog.count(*) FROM gone),"
-		"  (SELECT pg_catalog.max(page.created_at) FROM page),"
-		/* what went, by state, for the gauges: jobs (failed is the rest) */
-		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'succeeded'),"
-		"  (SELECT pg_catalog.count(*) FROM gone WHERE gone.closed_as OPERATOR(pg_catalog.=) 'cancelled'),"
-		/* and their attempts, as {cancelled,succeeded,lost,failed} */
-		"  (SELECT pg_catalog.array_agg((SELECT pg_catalog.count(*) FROM jobguard.attempts a"
-		"     WHERE a.job_id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT gone.id FROM gone))"
-		"     AND a.state OPERATOR(pg_catalog.=) s.state) ORDER BY s.n)"
-		"    FROM pg_catalog.unnest('{cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
-		"     WITH ORDINALITY AS s(state, n))",
-		4, {TIMESTAMPTZOID, INT8OID, INT4OID, TEXTOID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_PURGE_PAGE] = PURGE_PAGE_DEF(USED_1_2),
 	/*
 	 * The same counts from the stored states, in one pass over each table:
 	 * what the gauges of metrics.c are recounted from.
 	 */
-	[STMT_STORED_STATE_COUNTS] = {
-		"stored state counts",
-		"SELECT x.metric, COALESCE(c.n, 0) FROM ("
-		" SELECT 1 AS kind, s.n AS ord, 'jobs.' OPERATOR(pg_catalog.||) s.state AS metric, s.state"
-		" FROM pg_catalog.unnest('{pending,running,unknown,succeeded,failed,cancelled}'::pg_catalog.text[])"
-		"  WITH ORDINALITY AS s(state, n)"
-		" UNION ALL"
-		" SELECT 2, s.n, 'attempts.' OPERATOR(pg_catalog.||) s.state, s.state"
-		" FROM pg_catalog.unnest('{started,unknown,cancelled,succeeded,lost,failed}'::pg_catalog.text[])"
-		"  WITH ORDINALITY AS s(state, n)) x"
-		" LEFT JOIN ("
-		"  SELECT 1 AS kind, " STORED_JOB_STATE_SQL("last.state", "last.attempt_no") " AS state,"
-		"   pg_catalog.count(*) AS n"
-		"  FROM jobguard.jobs j" LAST_ATTEMPT_SQL " GROUP BY 1, 2"
-		"  UNION ALL"
-		"  SELECT 2, a.state, pg_catalog.count(*) FROM jobguard.attempts a GROUP BY 1, 2) c"
-		" ON c.kind OPERATOR(pg_catalog.=) x.kind AND c.state OPERATOR(pg_catalog.=) x.state"
-		" ORDER BY x.kind, x.ord",
-		0, {0},
-		SPI_OK_SELECT, false, true
-	},
+	[STMT_STORED_STATE_COUNTS] = STORED_STATE_COUNTS_DEF(TRIES_1_2),
 	/* One job's state from the stored states, with a fresh snapshot. */
-	[STMT_STORED_JOB_STATE] = {
-		"stored job state",
-		"SELECT " STORED_JOB_STATE_SQL("last.state", "last.attempt_no")
-		" FROM jobguard.jobs j" LAST_ATTEMPT_SQL
-		" WHERE j.id OPERATOR(pg_catalog.=) $1",
-		1, {INT8OID},
-		SPI_OK_SELECT, false
-	},
+	[STMT_STORED_JOB_STATE] = STORED_JOB_STATE_DEF(TRIES_1_2),
 	/* How many jobs and attempts are in each state, zeros included. */
 	[STMT_STATE_COUNTS] = {
 		"state counts",
@@ -702,23 +797,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * of one of its attempts loses.  Under READ COMMITTED a concurrent
 	 * finish that wins first makes this update nothing.
 	 */
-	[STMT_REPLACE_ENDED_JOB] = {
-		"replace ended job",
-		"UPDATE jobguard.jobs AS j"
-		" SET replaced_at = pg_catalog.now(), version = j.version OPERATOR(pg_catalog.+) 1"
-		" WHERE j.id OPERATOR(pg_catalog.=) $1 AND j.replaced_at IS NULL"
-		" AND j.completed_by IS NULL"
-		" AND (j.cancelled_at IS NOT NULL"
-		"  OR (j.max_attempts IS NOT NULL"
-		"   AND NOT EXISTS (SELECT 1 FROM jobguard.attempts o"
-		"    WHERE o.job_id OPERATOR(pg_catalog.=) j.id"
-		"    AND o.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))"
-		"   AND (SELECT pg_catalog.count(*) FROM jobguard.attempts n"
-		"    WHERE n.job_id OPERATOR(pg_catalog.=) j.id) OPERATOR(pg_catalog.>=) j.max_attempts))"
-		" RETURNING j.id",
-		1, {INT8OID},
-		SPI_OK_UPDATE_RETURNING, false
-	},
+	[STMT_REPLACE_ENDED_JOB] = REPLACE_ENDED_JOB_DEF(USED_1_2),
 	/* The job that follows replaced job $8 under the same key. */
 	[STMT_INSERT_NEXT_JOB] = {
 		"insert next job",
@@ -735,6 +814,175 @@ static const StatementDef statements[STMT_COUNT] = {
 		"retentions",
 		"SELECT p.operation, pg_catalog.now() OPERATOR(pg_catalog.-) p.retention"
 		" FROM jobguard.policies p WHERE p.retention IS NOT NULL ORDER BY p.operation",
+		0, {0},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Set or replace a provider's policy (set_provider_policy); a policy
+	 * with no value at all is removed (STMT_DROP_PROVIDER_POLICY).
+	 */
+	[STMT_SET_PROVIDER_POLICY] = {
+		"set provider policy",
+		"INSERT INTO jobguard.provider_policy AS p"
+		" (provider, dedupes_for, max_in_flight, max_per_second)"
+		" VALUES ($1, $2, $3, $4)"
+		" ON CONFLICT (provider) DO UPDATE"
+		" SET dedupes_for = EXCLUDED.dedupes_for, max_in_flight = EXCLUDED.max_in_flight,"
+		"  max_per_second = EXCLUDED.max_per_second, updated_at = pg_catalog.now()",
+		4, {TEXTOID, INTERVALOID, INT4OID, NUMERICOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_DROP_PROVIDER_POLICY] = {
+		"drop provider policy",
+		"DELETE FROM jobguard.provider_policy p"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		SPI_OK_DELETE, false
+	},
+	/* An attempt's provider key and its job's scope (provider_key()). */
+	[STMT_PROVIDER_KEY] = {
+		"provider key",
+		"SELECT a.provider_key, j.scope FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, true
+	},
+	/*
+	 * An attempt for redrive_attempt(), with its job locked against
+	 * begins, finishes and cancels (FOR NO KEY UPDATE, as a begin does)
+	 * and itself locked (FOR UPDATE, as a finish, fail or cancel does),
+	 * without waiting: NOWAIT raises 55P03 when another transaction holds
+	 * either (STMT_REDRIVE_READ), SKIP LOCKED returns no row
+	 * (STMT_REDRIVE_READ_SKIP, claim's).  Only an attempt of a job of
+	 * scope $2 (NULL: any).  The window: the key's first use (the job's
+	 * earliest attempt with this key) plus dedupes_for, less the margin
+	 * (1 % of dedupes_for, at least a minute).
+	 */
+	[STMT_REDRIVE_READ] = REDRIVE_READ_DEF("NOWAIT"),
+	[STMT_REDRIVE_READ_SKIP] = REDRIVE_READ_DEF("SKIP LOCKED"),
+	/*
+	 * The redrive's attempt: the next number, the same provider and
+	 * provider key, the same tries (not counted again), reading the job's
+	 * version now; the timeout given ($3) or the redriven attempt's own.
+	 * Run after the redriven attempt was cancelled, in the same
+	 * transaction, holding both locks.
+	 */
+	[STMT_REDRIVE_BEGIN] = {
+		"redrive begin",
+		"INSERT INTO jobguard.attempts AS n"
+		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
+		"  started_at, deadline, worker, timeout, provider_key, tries)"
+		" SELECT o.job_id, o.attempt_no OPERATOR(pg_catalog.+) 1, o.provider, 'started',"
+		"  j.version, NULL, COALESCE($4, pg_catalog.now()),"
+		"  COALESCE($4, pg_catalog.now()) OPERATOR(pg_catalog.+)"
+		"   COALESCE($3, o.timeout, o.deadline OPERATOR(pg_catalog.-) o.started_at),"
+		"  $2, COALESCE($3, o.timeout, o.deadline OPERATOR(pg_catalog.-) o.started_at),"
+		"  o.provider_key, COALESCE(o.tries, o.attempt_no)"
+		" FROM jobguard.attempts o"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) o.job_id"
+		" WHERE o.id OPERATOR(pg_catalog.=) $1"
+		" RETURNING n.id",
+		4, {INT8OID, TEXTOID, INTERVALOID, TIMESTAMPTZOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	/*
+	 * The redrives claim() may hand out, oldest job first, at most $4:
+	 * open attempts that are unknown (stored, or started past their
+	 * deadline) and have been for at least their own timeout, whose
+	 * provider deduplicates and whose key's window is still open, of open
+	 * jobs of scope $1 (NULL: any), of an operation in $2 (NULL: any),
+	 * against provider $3 (NULL: any).  The jobs are locked SKIP LOCKED,
+	 * as claim's candidates: two claims never take one redrive, and
+	 * neither waits.
+	 */
+	[STMT_REDRIVE_CANDIDATES] = {
+		"redrive candidates",
+		"SELECT a.id FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider"
+		" WHERE a.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[])"
+		" AND jobguard.attempt_state(a.state, a.deadline) OPERATOR(pg_catalog.=) 'unknown'"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
+		" AND ($3 IS NULL OR a.provider OPERATOR(pg_catalog.=) $3)"
+		" AND p.dedupes_for IS NOT NULL"
+		" AND (COALESCE(a.unknown_since, a.deadline) OPERATOR(pg_catalog.+)"
+		"  COALESCE(a.timeout, a.deadline OPERATOR(pg_catalog.-) a.started_at))"
+		"  OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		" AND " REDRIVE_WINDOW_END_SQL " OPERATOR(pg_catalog.>) pg_catalog.now()"
+		" ORDER BY a.job_id"
+		" LIMIT $4"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED",
+		4, {TEXTOID, TEXTARRAYOID, TEXTOID, INT4OID},
+		SPI_OK_SELECT, false
+	},
+	/*
+	 * Unknown attempts for reconciler $2, longest unknown first, at most
+	 * $4, unknown for at least $5, of scope $1 (NULL: any) and operation
+	 * in $3 (NULL: any), without a live lease; each gets a lease of $6.
+	 * The jobs are locked SKIP LOCKED (as claim's): two reconcilers never
+	 * take one at once, and neither waits.  The lease is written only
+	 * where none lives, even one committed after this statement's
+	 * snapshot (ON CONFLICT ... WHERE sees the newest row): only the
+	 * attempts leased here are returned.  Leases that ran out a day ago,
+	 * of attempts no longer unknown, are removed on the way.
+	 */
+	[STMT_CLAIM_UNKNOWN] = {
+		"claim unknown",
+		"WITH c AS ("
+		" SELECT a.id AS attempt_id, a.job_id, j.operation::pg_catalog.text AS operation,"
+		"  a.provider::pg_catalog.text AS provider, a.provider_key, j.params,"
+		"  COALESCE(a.unknown_since, a.deadline) AS unknown_since,"
+		"  COALESCE(" REDRIVE_WINDOW_END_SQL " OPERATOR(pg_catalog.>) pg_catalog.now(), false) AS redrivable"
+		" FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" LEFT JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider"
+		" WHERE a.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[])"
+		" AND jobguard.attempt_state(a.state, a.deadline) OPERATOR(pg_catalog.=) 'unknown'"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($3 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($3))"
+		" AND COALESCE(a.unknown_since, a.deadline) OPERATOR(pg_catalog.<=)"
+		"  (pg_catalog.now() OPERATOR(pg_catalog.-) $5)"
+		" AND NOT EXISTS (SELECT 1 FROM jobguard.reconcile_leases l"
+		"  WHERE l.attempt_id OPERATOR(pg_catalog.=) a.id"
+		"  AND l.leased_until OPERATOR(pg_catalog.>) pg_catalog.now())"
+		" ORDER BY COALESCE(a.unknown_since, a.deadline), a.id"
+		" LIMIT $4"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED),"
+		" leased AS ("
+		" INSERT INTO jobguard.reconcile_leases AS l (attempt_id, worker, leased_until)"
+		" SELECT c.attempt_id, $2, pg_catalog.now() OPERATOR(pg_catalog.+) $6 FROM c"
+		" ON CONFLICT (attempt_id) DO UPDATE"
+		"  SET worker = EXCLUDED.worker, leased_until = EXCLUDED.leased_until"
+		"  WHERE l.leased_until OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		" RETURNING l.attempt_id),"
+		" gone AS ("
+		" DELETE FROM jobguard.reconcile_leases AS g"
+		" WHERE g.attempt_id OPERATOR(pg_catalog.=) ANY (ARRAY("
+		"  SELECT o.attempt_id FROM jobguard.reconcile_leases o"
+		"  WHERE o.leased_until OPERATOR(pg_catalog.<)"
+		"   (pg_catalog.now() OPERATOR(pg_catalog.-) '1 day'::pg_catalog.interval)"
+		"  AND NOT EXISTS (SELECT 1 FROM jobguard.attempts x"
+		"   WHERE x.id OPERATOR(pg_catalog.=) o.attempt_id"
+		"   AND x.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[]))"
+		"  LIMIT 100)))"
+		" SELECT c.attempt_id, c.job_id, c.operation, c.provider, c.provider_key, c.params,"
+		"  c.unknown_since, c.redrivable"
+		" FROM c JOIN leased ON leased.attempt_id OPERATOR(pg_catalog.=) c.attempt_id"
+		" ORDER BY c.unknown_since, c.attempt_id",
+		6, {TEXTOID, TEXTOID, TEXTARRAYOID, INT4OID, INTERVALOID, INTERVALOID},
+		SPI_OK_SELECT, false
+	},
+	/* The blocked jobs (unknown, not redrivable): how many, the oldest's age. */
+	[STMT_BLOCKED_COUNTS] = {
+		"blocked counts",
+		"SELECT pg_catalog.count(*),"
+		" COALESCE(pg_catalog.floor(pg_catalog.date_part('epoch',"
+		"  pg_catalog.now() OPERATOR(pg_catalog.-) pg_catalog.min(b.unknown_since))), 0)::pg_catalog.int8"
+		" FROM jobguard.blocked_jobs b WHERE NOT b.redrivable",
 		0, {0},
 		SPI_OK_SELECT, false
 	},
@@ -756,8 +1004,95 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 };
 
-/* Plans prepared in this backend, kept for its lifetime. */
-static SPIPlanPtr prepared_plans[STMT_COUNT];
+/*
+ * The 1.1 forms of the statements that name a 1.2 column, run while the
+ * database still holds 1.1's objects (schema_is_1_2() false): each says
+ * and does exactly what it did in 1.1.  Every other statement is the same
+ * at both levels (sql is NULL here).
+ */
+static const StatementDef statements_1_1[STMT_COUNT] = {
+	[STMT_BEGIN_ATTEMPT] = {
+		"begin attempt",
+		"INSERT INTO jobguard.attempts AS a"
+		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
+		"  started_at, deadline, worker, timeout)"
+		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
+		"  COALESCE($2, j.provider), 'started', j.version, $3,"
+		"  COALESCE($7, pg_catalog.now()),"
+		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4"
+		" FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.id OPERATOR(pg_catalog.=) $1"
+		" AND ($5 IS NULL OR j.scope OPERATOR(pg_catalog.=) $5)"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($2 IS NULL OR $2 OPERATOR(pg_catalog.=) j.provider"
+		"   OR EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"    AND c.provider OPERATOR(pg_catalog.=) $2"
+		"    AND c.revoked_at IS NULL))"
+		" ON CONFLICT DO NOTHING"
+		" RETURNING a.id",
+		7, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID},
+		SPI_OK_INSERT_RETURNING, false
+	},
+	[STMT_CLAIMED] = {
+		"claimed",
+		"SELECT a.id, a.job_id, a.attempt_no, j.operation::pg_catalog.text,"
+		" a.provider::pg_catalog.text, j.params, a.deadline, NULL::pg_catalog.text"
+		" FROM jobguard.attempts a"
+		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_SELECT, false
+	},
+	[STMT_CLAIM_CANDIDATES] = CLAIM_CANDIDATES_DEF(TRIES_1_1),
+	[STMT_CLAIM_FLOOR] = CLAIM_FLOOR_DEF(TRIES_1_1),
+	[STMT_PURGE_PAGE] = PURGE_PAGE_DEF(USED_1_1),
+	[STMT_STORED_STATE_COUNTS] = STORED_STATE_COUNTS_DEF(TRIES_1_1),
+	[STMT_STORED_JOB_STATE] = STORED_JOB_STATE_DEF(TRIES_1_1),
+	[STMT_REPLACE_ENDED_JOB] = REPLACE_ENDED_JOB_DEF(USED_1_1),
+	[STMT_LAST_ATTEMPT] = LAST_ATTEMPT_DEF(TRIES_1_1),
+	[STMT_MARK_UNKNOWN] = {
+		"mark unknown",
+		"UPDATE jobguard.attempts AS a SET state = 'unknown'"
+		" WHERE a.id OPERATOR(pg_catalog.=) $1",
+		1, {INT8OID},
+		SPI_OK_UPDATE, false
+	},
+	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF(""),
+};
+
+/*
+ * Plans prepared in this backend, kept for its lifetime: [0] of
+ * statements[], [1] of statements_1_1[].
+ */
+static SPIPlanPtr prepared_plans[2][STMT_COUNT];
+
+/*
+ * statement_level: which form of a statement this call runs: 1 (the 1.1
+ * form) when it has one and the database is still on 1.1, else 0.
+ */
+static int
+statement_level(StatementId id)
+{
+	if (statements_1_1[id].sql != NULL && !schema_is_1_2())
+		return 1;
+	return 0;
+}
+
+/* statement_def: the form of a statement at a level. */
+static const StatementDef *
+statement_def(StatementId id, int level)
+{
+	return level == 1 ? &statements_1_1[id] : &statements[id];
+}
 
 /*
  * prepared_plan: the kept plan of a statement, prepared on first use.  The
@@ -765,11 +1100,11 @@ static SPIPlanPtr prepared_plans[STMT_COUNT];
  * DROP and CREATE EXTENSION), so it is never prepared twice.
  */
 static SPIPlanPtr
-prepared_plan(StatementId id)
+prepared_plan(StatementId id, int level)
 {
-	if (prepared_plans[id] == NULL)
+	if (prepared_plans[level][id] == NULL)
 	{
-		const StatementDef *def = &statements[id];
+		const StatementDef *def = statement_def(id, level);
 		SPIPlanPtr	plan;
 
 		/*
@@ -786,16 +1121,16 @@ prepared_plan(StatementId id)
 				 def->name, SPI_result_code_string(SPI_result));
 		if (SPI_keepplan(plan) != 0)
 			elog(ERROR, "jobguard: could not keep statement \"%s\"", def->name);
-		prepared_plans[id] = plan;
+		prepared_plans[level][id] = plan;
 	}
-	return prepared_plans[id];
+	return prepared_plans[level][id];
 }
 
 /*
  * The generation (CachedPlanSource.generation) of the plan that
  * plan_for_index_lookups() made of each statement, 0 before it made one.
  */
-static int	planned_generation[STMT_COUNT];
+static int	planned_generation[2][STMT_COUNT];
 
 /*
  * plan_for_index_lookups: make sure the plan cache holds a plan of the
@@ -821,35 +1156,35 @@ static int	planned_generation[STMT_COUNT];
  * plan it did not make and prepares the statement afresh.
  */
 static void
-plan_for_index_lookups(StatementId id)
+plan_for_index_lookups(StatementId id, int level)
 {
 	static const char *const off[] = {"enable_seqscan", "enable_hashjoin",
 	"enable_mergejoin", "jit"};
-	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(prepared_plan(id)));
+	CachedPlanSource *source = linitial(SPI_plan_get_plan_sources(prepared_plan(id, level)));
 	CachedPlan *cplan;
 	int			guc_level;
 
 	if (source->gplan != NULL && source->gplan->is_valid)
 	{
-		if (source->is_valid && source->generation == planned_generation[id])
+		if (source->is_valid && source->generation == planned_generation[level][id])
 			return;				/* ours, and still good */
-		if (source->generation != planned_generation[id])
+		if (source->generation != planned_generation[level][id])
 		{
 			/* made in a run, with the session's settings: start afresh */
-			SPI_freeplan(prepared_plans[id]);
-			prepared_plans[id] = NULL;
-			source = linitial(SPI_plan_get_plan_sources(prepared_plan(id)));
+			SPI_freeplan(prepared_plans[level][id]);
+			prepared_plans[level][id] = NULL;
+			source = linitial(SPI_plan_get_plan_sources(prepared_plan(id, level)));
 		}
 	}
 	guc_level = NewGUCNestLevel();
 	for (int i = 0; i < (int) lengthof(off); i++)
 		(void) set_config_option(off[i], "off", PGC_USERSET, PGC_S_SESSION,
 								 GUC_ACTION_LOCAL, true, 0, false);
-	cplan = SPI_plan_get_cached_plan(prepared_plans[id]);
+	cplan = SPI_plan_get_cached_plan(prepared_plans[level][id]);
 	if (cplan != NULL)
 		ReleaseCachedPlan(cplan, CurrentResourceOwner);
 	AtEOXact_GUC(true, guc_level);
-	planned_generation[id] = source->generation;
+	planned_generation[level][id] = source->generation;
 }
 
 /*
@@ -860,12 +1195,13 @@ plan_for_index_lookups(StatementId id)
 uint64
 sql_run(StatementId id, Datum *values, const char *nulls)
 {
-	const StatementDef *def = &statements[id];
+	int			level = statement_level(id);
+	const StatementDef *def = statement_def(id, level);
 	int			rc;
 
 	if (!def->whole_tables)
-		plan_for_index_lookups(id);
-	rc = SPI_execute_plan(prepared_plan(id), values, nulls, def->read_only, 0);
+		plan_for_index_lookups(id, level);
+	rc = SPI_execute_plan(prepared_plan(id, level), values, nulls, def->read_only, 0);
 	if (rc != def->expected_rc)
 		elog(ERROR, "jobguard: statement \"%s\" returned %s",
 			 def->name, SPI_result_code_string(rc));

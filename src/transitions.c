@@ -124,12 +124,14 @@ require_gate_open(const JobRow *job, const AttemptRow *last)
 
 /*
  * require_attempts_left: raise JG005 when the job has used up max_attempts.
- * The latest attempt's number is the count, since numbers run 1, 2, ...
+ * The latest attempt's tries is the count (its number in 1.1: numbers run
+ * 1, 2, ...; a redrive is not counted again).  last comes from
+ * store_last_attempt(), which reads tries.
  */
 void
 require_attempts_left(const JobRow *job, const AttemptRow *last)
 {
-	int32		used = last ? last->attempt_no : 0;
+	int32		used = last ? last->tries : 0;
 
 	if (job->has_max_attempts && used >= job->max_attempts)
 		ereport(ERROR,

@@ -29,6 +29,8 @@
 #include "args.h"
 #include "transitions.h"
 #include "claim_floor.h"
+#include "liveness.h"
+#include "schema_level.h"
 #include "metrics.h"
 #include "store.h"
 
@@ -48,6 +50,7 @@
 #define CLAIM_BACKOFF_LOOK_MS 250
 
 PG_FUNCTION_INFO_V1(jobguard_claim);
+PG_FUNCTION_INFO_V1(jobguard_claim_unknown);
 PG_FUNCTION_INFO_V1(jobguard_heartbeat);
 
 /*
@@ -138,10 +141,37 @@ typedef struct ClaimRequest
  * shortfall.
  */
 static int
-claim_once(const ClaimRequest *req, int64 *attempts)
+claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 {
 	int64	   *candidates = palloc(sizeof(int64) * req->max_jobs);
 	int			claimed = 0;
+
+	/*
+	 * Redrives first (doc/reference.md, "Redrive"): stalled attempts whose
+	 * provider still deduplicates their key, each redriven as it is taken.
+	 * One that stopped being redrivable meanwhile, or that another
+	 * transaction holds, is passed over.  A 1.1 database has none.
+	 */
+	if (schema_is_1_2())
+	{
+		int			found = store_redrive_candidates(req->scope, req->operations,
+													 req->operations_null, req->provider,
+													 req->provider_null, req->max_jobs,
+													 candidates);
+
+		for (int i = 0; i < found && claimed < req->max_jobs; i++)
+		{
+			int64		attempt_id = redrive(candidates[i], req->scope, GetUserId(), true,
+											 req->worker, false, req->timeout, false,
+											 req->waited ? GetCurrentTimestamp() : 0);
+
+			if (attempt_id != 0)
+			{
+				redrives[claimed] = true;
+				attempts[claimed++] = attempt_id;
+			}
+		}
+	}
 
 	for (int round = 0; round < CLAIM_ROUNDS && claimed < req->max_jobs; round++)
 	{
@@ -167,6 +197,7 @@ claim_once(const ClaimRequest *req, int64 *attempts)
 
 			if (attempt_id != 0)
 			{
+				redrives[claimed] = false;
 				attempts[claimed++] = attempt_id;
 				stats_attempts_begun(1);
 			}
@@ -202,6 +233,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 	TimestampTz until;
 	long		sleep_ms = CLAIM_FIRST_SLEEP_MS;
 	int64	   *attempts;
+	bool	   *redrives;
 
 	req.worker = text_arg(fcinfo, 0, "worker", MAX_KEY_CHARS);
 	req.operations_null = PG_ARGISNULL(1);
@@ -235,6 +267,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
 	attempts = palloc(sizeof(int64) * req.max_jobs);
+	redrives = palloc(sizeof(bool) * req.max_jobs);
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), interval_ms(wait));
 	/* prepared before the first look: work committed meanwhile still wakes */
 	shared = interval_ms(wait) > 0 && claim_wait_prepare();
@@ -243,9 +276,9 @@ jobguard_claim(PG_FUNCTION_ARGS)
 		int			claimed;
 
 		store_connect(&caller);
-		claimed = claim_once(&req, attempts);
+		claimed = claim_once(&req, attempts, redrives);
 		if (claimed > 0)
-			store_put_claimed(attempts, claimed, rsinfo);
+			store_put_claimed(attempts, redrives, claimed, rsinfo);
 		store_finish(&caller);
 		if (claimed > 0 || !wait_for_runnable(until, &sleep_ms, shared))
 			break;
@@ -283,4 +316,58 @@ jobguard_heartbeat(PG_FUNCTION_ARGS)
 	deadline = store_heartbeat(attempt_id, extend_by, extend_by_null);
 	store_finish(&caller);
 	PG_RETURN_TIMESTAMPTZ(deadline);
+}
+
+/*
+ * jobguard.claim_unknown(worker, operations, max_rows, older_than, lease)
+ *   -> TABLE (attempt_id, job_id, operation, provider, provider_key,
+ *			   params, unknown_since, redrivable)
+ *
+ * Unknown attempts for a reconciler to look up at their provider by
+ * provider key, longest unknown first, each unknown for at least
+ * older_than, of the caller's scope and of an operation in operations
+ * (NULL: any).  Each comes with a lease of the given length (kept in
+ * jobguard.reconcile_leases): while it lasts no other claim_unknown()
+ * returns the attempt.  Never waits: a job another transaction holds is
+ * passed over (SKIP LOCKED, as claim's).  The reconciler reports what it
+ * learns with finish_attempt or fail_attempt, or nothing.
+ */
+Datum
+jobguard_claim_unknown(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	SavedIdentity caller;		/* restored by store_finish() */
+	Datum		worker = text_arg(fcinfo, 0, "worker", MAX_KEY_CHARS);
+	bool		operations_null = PG_ARGISNULL(1);
+	Datum		operations = operations_null ? (Datum) 0 : PG_GETARG_DATUM(1);
+	int			max_rows;
+	Datum		older_than;
+	Datum		lease;
+	const char *scope;
+
+	require_schema_1_2("claim_unknown");
+	if (!operations_null)
+		require_payload_size(operations, "operations");
+	if (!operations_null && ARR_NDIM(PG_GETARG_ARRAYTYPE_P(1)) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"operations\" must be a one-dimensional array")));
+	require_arg(fcinfo, 2, "max_rows");
+	max_rows = PG_GETARG_INT32(2);
+	if (max_rows < 1 || max_rows > MAX_CLAIM_JOBS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"max_rows\" must be 1 to %d", MAX_CLAIM_JOBS),
+				 errdetail("It is %d.", max_rows)));
+	older_than = interval_arg(fcinfo, 3, "older_than", true);
+	lease = interval_arg(fcinfo, 4, "lease", false);
+	require_wait_limit(interval_ms(DatumGetIntervalP(lease)), "lease", "claim_unknown");
+	scope = scopes_acting_scope(GetUserId());
+
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	store_connect(&caller);
+	store_claim_unknown(scope, worker, operations, operations_null, max_rows,
+						older_than, lease, rsinfo);
+	store_finish(&caller);
+	return (Datum) 0;
 }
