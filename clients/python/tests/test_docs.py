@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Any, Callable, List
+from typing import Any, Callable, Iterator, List
 
 import psycopg
 import pytest
@@ -137,10 +137,26 @@ def test_readme_drain_loop_is_the_tested_file() -> None:
                      CLIENT / "README.md") == DRAIN.read_text()
 
 
-def test_drain_loop_drains_more_jobs_than_a_batch_once_each(database: str) -> None:
+@pytest.fixture
+def drain_database() -> Iterator[str]:
+    """A database of its own (the loop drains every "charge" job there)."""
+    from conftest import DB, _admin
+    db = f"{DB}_drain"
+    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    _admin(f"CREATE DATABASE {db}")
+    with psycopg.connect(dbname=db, autocommit=True) as c:
+        c.execute("CREATE EXTENSION jobguard")
+        c.execute("""SELECT jobguard.define_operation('charge',
+            '{"type": "object", "required": ["charge_id"]}')""")
+    yield db
+    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def test_drain_loop_drains_more_jobs_than_a_batch_once_each(drain_database: str) -> None:
     """examples/drain.py drains 250 jobs (3 batches) and an in-progress one:
     each of the 250 succeeded with one attempt and its provider key as the
     result's key; the in-progress one is unknown, not failed."""
+    database = drain_database
     with psycopg.connect(dbname=database, autocommit=True) as c:
         out = jobguard.submit_many(c, [jobguard.Request("shop", uuid.uuid4().hex, "charge",
                                                         {"n": i}, "main-psp")
