@@ -26,14 +26,16 @@ REGRESS      = $(JOBGUARD_REGRESS)
 # what make test runs again on the database update leaves behind (updated from 1.0)
 REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
 # what make test runs on a database still on 1.1, served by this library:
-# all but the suites of 1.2's own objects (finish_many; security checks
-# 1.2's dump filter of grants) and those that make databases of their own
-REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many,$(JOBGUARD_REGRESS))
+# all but the suites of 1.2's own objects (finish_many, liveness; security
+# checks 1.2's dump filter of grants), those that make databases of their
+# own, and those of the fast path, which steps aside for 1.1's tables (the
+# SQL back end serves them, with 1.1's statements)
+REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many liveness fast_path fast_path_rules,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
-JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race
+JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race redrive_race claim_unknown_race
 ISOLATION      = $(JOBGUARD_ISOLATION)
-ISOLATION_ON_PREVIOUS = $(filter-out finish_many_race,$(JOBGUARD_ISOLATION))
+ISOLATION_ON_PREVIOUS = $(filter-out finish_many_race redrive_race claim_unknown_race fast_path_ddl,$(JOBGUARD_ISOLATION))
 ISOLATION_OPTS = --load-extension=jobguard
 
 # what make test runs first in each pass of the pg_regress and isolation

@@ -328,6 +328,10 @@ SELECT metric, CASE metric WHEN 'blocked.jobs' THEN value::text
   FROM jobguard.stats() WHERE metric LIKE 'blocked.%' ORDER BY metric;
 SELECT metric FROM jobguard.stats() WHERE metric IN ('redrives', 'reconciled') ORDER BY metric;
 
+-- leave no policy or lease to the suites that follow
+SELECT count(jobguard.set_provider_policy(provider)) AS policies_removed FROM jobguard.provider_policies;
+TRUNCATE jobguard.reconcile_leases;
+
 -- clean up the roles (they are cluster-wide)
 SELECT invariant, count(*) FROM jobguard.check_invariants() GROUP BY 1 ORDER BY 1;
 SELECT jobguard.revoke_client(r::regrole)

@@ -115,6 +115,15 @@ SELECT job_id AS job_1_1 FROM jobguard.submit('dora', 'before-update', 'charge',
 RESET ROLE;
 SELECT jobguard.begin_attempt(:job_1_1) AS attempt_1_1 \gset
 SELECT jobguard.finish_attempt(:attempt_1_1, '{"charge": "ch_9"}');
+-- a 1.1 history for the provider keys the update assigns: cancelled,
+-- failed, cancelled against stripe, then adyen, then stripe again
+SELECT jobguard.certify_provider('charge', 'adyen');
+SELECT job_id AS keyed FROM jobguard.submit('erin', 'keys', 'charge', '{}', 'stripe') \gset
+SELECT jobguard.cancel_attempt(jobguard.begin_attempt(:keyed), 'one');
+SELECT jobguard.fail_attempt(jobguard.begin_attempt(:keyed), 'two');
+SELECT jobguard.cancel_attempt(jobguard.begin_attempt(:keyed), 'three');
+SELECT jobguard.cancel_attempt(jobguard.begin_attempt(:keyed, 'adyen'), 'four');
+SELECT jobguard.begin_attempt(:keyed) AS keyed_open \gset
 CREATE TABLE before_update AS
 SELECT v.job_id, v.state, v.scope, v.attempts, v.version, v.completed_by, v.params, v.result
   FROM jobguard.job_overview v;
@@ -129,6 +138,20 @@ SET ROLE regress_upd_client;
 SELECT job_id = :job_1_1 AS replayed, created
   FROM jobguard.submit('dora', 'before-update', 'charge', '{"cents": 900}', 'stripe');
 RESET ROLE;
+-- keys by the rule: the same as the latest earlier attempt against the
+-- same provider unless that one failed; another job, another key
+SELECT a.attempt_no, a.provider, a.state, a.provider_key ~ '^[0-9a-f]{32}$' AS format,
+	   dense_rank() OVER (ORDER BY k.first_no) AS key_no, a.tries
+  FROM jobguard.attempts a
+  JOIN (SELECT provider_key, min(attempt_no) AS first_no FROM jobguard.attempts
+		 WHERE job_id = :keyed GROUP BY 1) k USING (provider_key)
+ WHERE a.job_id = :keyed ORDER BY a.attempt_no;
+SELECT count(DISTINCT provider_key) = count(DISTINCT (job_id, provider_key)) AS keys_apart_across_jobs
+  FROM jobguard.attempts;
+-- the next attempt against stripe goes on with its key
+SELECT jobguard.cancel_attempt(:keyed_open, 'five');
+SELECT jobguard.begin_attempt(:keyed) AS keyed_next \gset
+SELECT jobguard.provider_key(:keyed_next) = jobguard.provider_key(:keyed_open) AS continues;
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 SELECT jobguard.revoke_client('regress_upd_client');
 DROP TABLE before_update;

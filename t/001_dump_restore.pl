@@ -55,6 +55,8 @@ SELECT jobguard.certify_provider('charge', 'worldpay');
 SELECT jobguard.set_key_policy('charge', retention => '30 days', identity => ARRAY['amount'],
 							   after_failure => 'new_job');
 SELECT jobguard.set_key_policy('refund', retention => '1 hour');
+-- and provider policies (1.2)
+SELECT jobguard.set_provider_policy('stripe', dedupes_for => '1 day', max_in_flight => 50);
 DO $$ BEGIN
 	IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'dump_shop') THEN CREATE ROLE dump_shop; END IF;
 END $$;
@@ -74,6 +76,8 @@ SELECT string_agg(t, E'\n') FROM (
   UNION ALL SELECT 'policy ' || (p.operation, p.retention, p.identity, p.after_failure)::text
     FROM jobguard.policies p
   UNION ALL SELECT 'grant ' || (g.role, g.kind, g.scope, g.payloads)::text FROM jobguard.grants g
+  UNION ALL SELECT 'provider policy ' || (p.provider, p.dedupes_for, p.max_in_flight, p.max_per_second)::text
+    FROM jobguard.provider_policy p
   ORDER BY 1) s
 };
 my $before = $node->safe_psql('app', $everything);
@@ -125,6 +129,24 @@ like($err, qr/already has an attempt in flight/, 'the restored open attempt stil
 is($node->safe_psql('restored',
 		"SELECT jobguard.begin_attempt($running, timeout => '1 hour', attempt_key => 'worker-1') IS NOT NULL"),
 	't', 'its worker can still replay its begin');
+
+# provider keys came along (every attempt's, in the text above too), and
+# the restored running job's next attempt against its provider goes on
+# with its key, as a redrive would
+my $dumped_max = $node->safe_psql('app', 'SELECT max(id) FROM jobguard.attempts');
+my $keys = qq{SELECT string_agg(id || ':' || provider_key, ',' ORDER BY id) FROM jobguard.attempts
+	WHERE id <= $dumped_max};
+is($node->safe_psql('restored', $keys), $node->safe_psql('app', $keys),
+	'every attempt keeps its provider key through dump and restore');
+my $running_key = $node->safe_psql('restored',
+	"SELECT provider_key FROM jobguard.attempts WHERE job_id = $running AND state = 'started'");
+like($running_key, qr/^[0-9a-f]{32}$/, 'the restored open attempt has its key');
+is($node->safe_psql('restored', qq{
+	SELECT jobguard.cancel_attempt(id, 'moved') FROM jobguard.attempts
+	 WHERE job_id = $running AND state = 'started';
+	SELECT jobguard.begin_attempt($running, timeout => '1 hour') AS next \\gset
+	SELECT jobguard.provider_key(:next);}),
+	"cancelled\n$running_key", 'the next attempt against the same provider sends the restored key');
 
 # the restored key policy and scope grants are in force
 is($node->safe_psql('restored',
