@@ -63,8 +63,15 @@ def needs_1_2_liveness(conn: Conn) -> None:
         pytest.skip("the database has no jobguard.claim_unknown (1.2 liveness)")
 
 
-def run_worker(handler: Any, database: str, op: str, **options: Any) -> Worker:
-    """A Worker over op's jobs, run until idle; it is returned for its stats."""
+def run_worker(handler: Any, database: str, op: str, kind: str = "thread",
+               **options: Any) -> Any:
+    """A Worker (kind "thread") or an AsyncWorker (kind "asyncio") over op's
+    jobs, run until idle; it is returned for its stats."""
+    if kind == "asyncio":
+        aw = AsyncWorker(handler, conninfo=f"dbname={database}", operations=[op], wait=0.3,
+                         **options)
+        asyncio.run(aw.run(until_idle=True, handle_signals=False))
+        return aw
     w = Worker(handler, conninfo=f"dbname={database}", operations=[op], wait=0.3,
                **options)
     w.run(until_idle=True, handle_signals=False)
@@ -117,8 +124,9 @@ def test_a_batch_is_recorded_by_one_finish_many_when_it_ends(database: str,
         assert seen[3] == [want] * 3, (batch, seen)
 
 
-def test_refused_rows_of_finish_many_are_handled_as_finish_errors(database: str,
-                                                                 conn: Conn) -> None:
+@pytest.mark.parametrize("kind", ["thread", "asyncio"])
+def test_refused_rows_of_finish_many_are_handled_as_finish_errors(database: str, conn: Conn,
+                                                                 kind: str) -> None:
     """In one finish_many: a won row, a rejected row (contract), a row over
     max_payload_size (54000: failed as unrecordable, once), and a row whose
     attempt was failed meanwhile (JG006: a report error, nothing written).
@@ -139,7 +147,7 @@ def test_refused_rows_of_finish_many_are_handled_as_finish_errors(database: str,
         if kind == "large":
             return {"ok": "x" * 4096}
         return {"ok": kind}
-    w = run_worker(handler, database, op, batch=4,
+    w = run_worker(handler, database, op, kind, batch=4,
                    connect_kwargs={"options": "-c jobguard.max_payload_size=1kB"})
     assert set(calls.values()) == {1} and len(calls) == 4
     won, rejected, large, closed = (jobguard.attempts(conn, j)[0] for j in jobs)
