@@ -94,7 +94,59 @@ export interface Claimed {
   provider: string;
   params: Json;
   deadline: Date;
+  /** the attempt's provider key (1.2): pass this to your provider as its idempotency key;
+   * undefined on a 1.1 database */
+  provider_key?: string;
+  /** true when claim redrove a stalled attempt: the same request again, under the same
+   * provider_key (1.2; undefined on a 1.1 database) */
+  redrive?: boolean;
 }
+
+/** An unknown attempt that claimUnknown leased to a reconciler (a row of jobguard.claim_unknown()). */
+export interface Unknown {
+  attempt_id: AttemptId;
+  job_id: JobId;
+  operation: string;
+  provider: string;
+  /** look the attempt up at the provider by this key */
+  provider_key: string;
+  params: Json;
+  unknown_since: Date;
+  redrivable: boolean;
+}
+
+export interface ClaimUnknownOptions {
+  /** the reconciler's name; 1 to 255 characters */
+  worker: string;
+  /** only attempts of these operations; null or absent: any */
+  operations?: readonly string[] | null;
+  /** at most this many attempts; default 1 */
+  maxRows?: number;
+  /** only attempts unknown for at least this long; default 0 */
+  olderThanSeconds?: number;
+  /** no other reconciler gets them for this long; default 30 */
+  leaseSeconds?: number;
+}
+
+/** An element finish_many decided: what finish would have resolved to. */
+export interface FinishDecided {
+  ord: number;
+  attempt_id: AttemptId;
+  outcome: Outcome;
+  sqlstate: null;
+  message: null;
+}
+/** An element finish_many refused (JG006, JG007, JG009, 22004, 54000): nothing was written for it. */
+export interface FinishRefused {
+  ord: number;
+  attempt_id: AttemptId | null;
+  outcome: null;
+  /** BY_SQLSTATE names the class finish would have thrown */
+  sqlstate: string;
+  message: string;
+}
+/** One row of finishMany's answer, per element in order (ord from 1). */
+export type FinishOutcome = FinishDecided | FinishRefused;
 
 export interface ClaimOptions {
   /** recorded on each attempt (attempt_overview.worker); 1 to 255 characters */
@@ -159,9 +211,21 @@ export function heartbeat(db: Queryable, attemptId: AttemptId,
   extendBySeconds?: number | null): Promise<Date>;
 /** Submit many requests in one statement; a refused one is a row, not an error. */
 export function submitMany(db: Queryable, requests: readonly SubmitRequest[]): Promise<SubmitOutcome[]>;
+/** Lease unknown attempts to look up at their provider (1.2); [] when there are none. */
+export function claimUnknown(db: Queryable, options: ClaimUnknownOptions): Promise<Unknown[]>;
+/** Report many results in one statement (1.2); a refused one is a row, not an error. */
+export function finishMany(db: Queryable, attemptIds: readonly AttemptId[],
+  results: readonly Json[]): Promise<FinishOutcome[]>;
+/** The attempt's provider key (1.2). */
+export function providerKey(db: Queryable, attemptId: AttemptId): Promise<string>;
 
-/** What a Worker calls for each claimed job; what it resolves to is the result. */
+/** What a Worker calls for each claimed job; what it resolves to is the result.
+ * Pass job.provider_key to your provider as its idempotency key. */
 export type Handler = (job: Claimed) => Json | Promise<Json>;
+
+/** What a Reconciler calls for each unknown attempt: the provider's result, or
+ * undefined / null when the provider does not know yet (the attempt stays unknown). */
+export type Reconcile = (attempt: Unknown) => Json | undefined | Promise<Json | undefined>;
 
 export interface Logger {
   info(message: string): void;
@@ -212,6 +276,8 @@ export interface WorkerStats {
   lost: number;
   rejected: number;
   failed: number;
+  /** attempts marked unknown because the handler threw InProgress */
+  inProgress: number;
   /** attempts failed because the handler's result could not be recorded */
   unrecorded: number;
   released: number;
@@ -233,10 +299,75 @@ export class Worker {
   stop(): void;
 }
 
+/** Thrown by a handler or a reconcile function: the provider said no.  The attempt
+ * fails (the next one gets a new provider key), retried no sooner than retryInSeconds. */
+export class ProviderRefused extends Error {
+  constructor(message: string, retryInSeconds?: number);
+  retryInSeconds: number | undefined;
+}
+
 /** Thrown by a handler: fail the attempt, retry the job no sooner than retryInSeconds. */
-export class RetryLater extends Error {
+export class RetryLater extends ProviderRefused {
   constructor(message: string, retryInSeconds: number);
   retryInSeconds: number;
+}
+
+/** Thrown by a handler: the provider says this provider key is still being processed.
+ * The Worker marks the attempt unknown (mark_unknown), never failed. */
+export class InProgress extends Error {
+  constructor(message?: string);
+}
+
+export interface ReconcilerOptions {
+  /** pg pool options for the reconciler's own pool (max 1); the PG* environment fills in the rest */
+  connection?: PoolConfig;
+  /** a pool of your own instead (its error handling is yours) */
+  pool?: Pool;
+  /** the reconciler's name (claim_unknown's worker) */
+  name?: string;
+  operations?: readonly string[] | null;
+  /** max_rows per claim_unknown; default 10 */
+  batch?: number;
+  /** only attempts unknown for at least this long; default 0 */
+  olderThanSeconds?: number;
+  /** how long claim_unknown keeps the rows from other reconcilers; default 30 */
+  leaseSeconds?: number;
+  /** the pause after a round that found nothing; default 2 */
+  waitSeconds?: number;
+  reconnectMinSeconds?: number;
+  reconnectMaxSeconds?: number;
+  /** once stopped, how long a report is still tried; default 30 */
+  shutdownGraceSeconds?: number;
+  logger?: Logger;
+}
+
+export interface ReconcilerStats {
+  /** unknown attempts leased by claim_unknown */
+  claimed: number;
+  won: number;
+  lost: number;
+  rejected: number;
+  /** failed: the provider said no (ProviderRefused) */
+  failed: number;
+  /** left unknown: undefined / null returned, or InProgress thrown */
+  left: number;
+  /** left unknown: reconcile threw, or its result cannot be recorded */
+  errors: number;
+  reportErrors: number;
+  reconnects: number;
+}
+
+/** Leases unknown attempts (claim_unknown), asks reconcile about each once, reports:
+ * a result finishes (finish_many per batch), ProviderRefused fails, nothing leaves it unknown. */
+export class Reconciler {
+  constructor(reconcile: Reconcile, options?: ReconcilerOptions);
+  readonly name: string;
+  readonly stats: ReconcilerStats;
+  readonly stopping: boolean;
+  /** Lease and reconcile until stop() (untilIdle: until a round finds nothing). */
+  run(options?: RunOptions): Promise<ReconcilerStats>;
+  /** Let the current call finish, report the batch so far, lease nothing more. */
+  stop(): void;
 }
 
 /** Base of every jobguard error; extends pg's DatabaseError. */

@@ -132,13 +132,15 @@ async function awaitJob(db, jobId, timeoutSeconds) {
 // claim: begin an attempt on each of up to maxJobs runnable jobs (oldest
 // first; operations null: any) for worker, each with a deadline
 // timeoutSeconds from now; resolves to their rows (column names as in SQL),
-// [] when nothing is runnable.  provider: null runs each against its job's
+// [] when nothing is runnable.  On 1.2 a row also has provider_key (send it
+// to the provider as its idempotency key) and redrive (true: a stalled
+// attempt asked again under the same key); a 1.1 database has neither.  provider: null runs each against its job's
 // own provider; a provider given also takes failovers it is certified for.
 // waitSeconds > 0: wait that long for work (holds the connection meanwhile).
 async function claim(db, { worker, operations, timeoutSeconds = 30, maxJobs = 1, provider,
   waitSeconds = 0 } = {}) {
-  return run(db, `SELECT attempt_id, job_id, attempt_no, operation, provider, params, deadline
-                    FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval)`,
+  // every column: 1.2 adds provider_key and redrive, 1.1 has the first seven
+  return run(db, `SELECT * FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval)`,
   [nul(worker), operations == null ? null : [...operations], seconds(timeoutSeconds),
     nul(maxJobs), nul(provider), seconds(waitSeconds)]);
 }
@@ -168,11 +170,45 @@ async function submitMany(db, requests) {
     limits.every((m) => m === null) ? null : limits]);
 }
 
+// claimUnknown: lease up to maxRows unknown attempts (unknown for at least
+// olderThanSeconds; operations null: any) to worker for leaseSeconds, to
+// look up at the provider by provider_key; resolves to their rows
+// (attempt_id, job_id, operation, provider, provider_key, params,
+// unknown_since, redrivable).  Report with finish / finishMany, fail, or
+// nothing (still unknown).  1.2.
+async function claimUnknown(db, { worker, operations, maxRows = 1, olderThanSeconds = 0,
+  leaseSeconds = 30 } = {}) {
+  return run(db, `SELECT attempt_id, job_id, operation, provider, provider_key, params,
+                         unknown_since, redrivable
+                    FROM jobguard.claim_unknown($1, $2::text[], $3, $4::interval, $5::interval)`,
+  [nul(worker), operations == null ? null : [...operations], nul(maxRows),
+    seconds(olderThanSeconds), seconds(leaseSeconds)]);
+}
+
+// finishMany: report many results in one statement; resolves to one row
+// per element, in order: { ord, attempt_id, outcome, sqlstate, message }.
+// outcome is what finish would have resolved to; a refused element (JG006,
+// JG007, JG009, 22004, 54000) has a null outcome, its sqlstate and message
+// (BY_SQLSTATE names the class finish would have thrown), and wrote
+// nothing.  1.2.
+async function finishMany(db, attemptIds, results) {
+  return run(db, `SELECT ord, attempt_id, outcome, sqlstate, message
+                    FROM jobguard.finish_many($1::bigint[], $2::jsonb[])
+                   ORDER BY ord`, [attemptIds.map(nul), results.map(json)]);
+}
+
+// providerKey: the attempt's provider key.  1.2.
+async function providerKey(db, attemptId) {
+  return value(db, 'SELECT jobguard.provider_key($1) AS v', [attemptId]);
+}
+
 module.exports = {
   submit, beginAttempt, finish, fail, markUnknown, cancelAttempt, cancelJob,
   jobState, job, attempts, attempt, awaitJob, claim, heartbeat, submitMany,
+  claimUnknown, finishMany, providerKey,
   ...errors,
 };
-// the worker loop (worker.js uses the functions above, so it comes last)
-const { Worker, RetryLater } = require('./worker');
-Object.assign(module.exports, { Worker, RetryLater });
+// the worker and reconciler loops (they use the functions above, so they come last)
+const { Worker, RetryLater, ProviderRefused, InProgress } = require('./worker');
+const { Reconciler } = require('./reconciler');
+Object.assign(module.exports, { Worker, RetryLater, ProviderRefused, InProgress, Reconciler });

@@ -2,8 +2,16 @@
 // A worker loop on jobguard.claim().  new Worker(handler, options).run()
 // claims jobs (a batch at a time, waiting for work when there is none),
 // awaits handler(job) for each and reports: the resolved value is the
-// result (finish), a rejection fails the attempt (fail; a RetryLater, or
-// any error with a numeric retryInSeconds, holds the retry back that long).
+// result (finish; with batch > 1 the batch's results are recorded together
+// by one finish_many when the batch ends), a rejection fails the attempt
+// (fail; ProviderRefused says "the provider said no"; it, RetryLater, or any
+// error with a numeric retryInSeconds holds the retry back that long), and
+// InProgress ("the provider says this key is still being processed") marks
+// it unknown (mark_unknown), never failed: a failed attempt's successor
+// gets a new provider key while the first request may still be running.
+// Send job.provider_key to the provider as its idempotency key; a redrive
+// (job.redrive) is the same request again under the same key, and runs the
+// same handler.
 // A result that cannot be recorded (undefined, null, not JSON, too large,
 // refused by finish_attempt) fails the attempt with an error saying why.
 // While a batch is held, its attempts are heartbeaten on a second pooled
@@ -29,16 +37,75 @@ const { InvalidTransition, AttemptNotFound, ResultMismatch } = require('./errors
 // the longest error text a failed attempt records
 const MAX_ERROR = 4000;
 
-// RetryLater: thrown by a handler to fail the attempt and have claim hand
-// the job out again no sooner than retryInSeconds.
-class RetryLater extends Error {
+// ProviderRefused: thrown by a handler or a reconcile function: the
+// provider said no (it did not do the work, and will not).  The attempt
+// fails, the gate opens, the next attempt gets a new provider key;
+// retryInSeconds (undefined: the operation's backoff) holds it back.
+class ProviderRefused extends Error {
   // message: the attempt's error; retryInSeconds: the delay before a retry
   constructor(message, retryInSeconds) {
     super(message);
-    this.name = 'RetryLater';
+    this.name = 'ProviderRefused';
     this.retryInSeconds = retryInSeconds;
   }
 }
+
+// RetryLater: thrown by a handler to fail the attempt and have claim hand
+// the job out again no sooner than retryInSeconds.
+class RetryLater extends ProviderRefused {
+  // message: the attempt's error; retryInSeconds: the delay before a retry
+  constructor(message, retryInSeconds) {
+    super(message, retryInSeconds);
+    this.name = 'RetryLater';
+  }
+}
+
+// InProgress: thrown by a handler: the provider says this provider key is
+// still being processed (Stripe: 409 idempotency_key_in_use).  Not a
+// failure: the attempt is marked unknown (mark_unknown), so that a redrive
+// or a reconciler asks again under the same key later.
+class InProgress extends Error {
+  // message: what the provider said
+  constructor(message = 'the provider is still processing this key') {
+    super(message);
+    this.name = 'InProgress';
+  }
+}
+
+// the SQLSTATEs of a finish that this attempt can never record (not open,
+// a different result, no such attempt): report errors, as finish's
+// InvalidTransition, ResultMismatch and AttemptNotFound
+const NOT_REPORTABLE = ['JG006', 'JG007', 'JG009'];
+
+// errorText: the error an attempt records for what a handler threw.
+function errorText(err) {
+  const name = (err && err.name) || 'Error';
+  return `${name}: ${err && err.message !== undefined ? err.message : String(err)}`.slice(0, MAX_ERROR);
+}
+
+// retryInOf: the delay (seconds) an error asks for its retry, or undefined.
+function retryInOf(err) {
+  return err && typeof err.retryInSeconds === 'number' ? err.retryInSeconds : undefined;
+}
+
+// OWN_OPEN_ATTEMPTS: a worker's started or unknown attempts but those
+// given, as claim rows; provider_key through to_jsonb (NULL on a 1.1
+// database, which has no such column), redrive: a predecessor was
+// redriven as this attempt
+const OWN_OPEN_ATTEMPTS = `
+  SELECT a.attempt_id::text, a.job_id::text, a.attempt_no, j.operation, a.provider, j.params,
+         a.deadline, to_jsonb(a) ->> 'provider_key' AS provider_key,
+         EXISTS (SELECT 1 FROM jobguard.attempt_overview p
+                  WHERE p.job_id = a.job_id AND p.state = 'cancelled'
+                    AND p.cancel_reason = 'redriven as attempt ' || a.attempt_id) AS redrive
+    FROM jobguard.attempt_overview a
+    JOIN jobguard.job_overview j ON j.job_id = a.job_id
+   WHERE a.worker = $1 AND a.state IN ('started', 'unknown')
+     AND a.attempt_id <> ALL ($2::bigint[])
+   ORDER BY a.attempt_id`;
+
+// REPORTED: what runOne resolves to when nothing is left to record
+const REPORTED = Symbol('reported');
 
 // Lost: the connection broke during a statement that is not repeated blindly.
 class Lost extends Error {}
@@ -127,6 +194,7 @@ class Worker {
     this.lost = 0;              // connections lost since the last new one
     this.startedUp = false;     // the open attempts found at start were dealt with
     this.fresh = false;         // a claim's answer was lost: look for what it began
+    this.hasFinishMany = undefined;   // the database has finish_many (1.2)
     this.held = new Map();      // attempt_id -> job: claimed, not yet reported
     this.ran = new Set();       // attempts whose handler was called, report not done
     this.unreported = new Set();   // of those, the ones whose report never got through
@@ -135,7 +203,7 @@ class Worker {
     this.stopping = false;
     this.stoppedAt = 0;
     this.stats = { claimed: 0, adopted: 0, markedUnknown: 0, won: 0, lost: 0, rejected: 0,
-      failed: 0, unrecorded: 0, released: 0, reportErrors: 0, heartbeats: 0,
+      failed: 0, inProgress: 0, unrecorded: 0, released: 0, reportErrors: 0, heartbeats: 0,
       heartbeatsRefused: 0, reconnects: 0 };
   }
 
@@ -287,60 +355,161 @@ class Worker {
   // ownOpenAttempts: this worker's started or unknown attempts that it does
   // not hold and whose handler it never called.
   async ownOpenAttempts() {
-    const { rows } = await this.pool.query({
-      text: `SELECT a.attempt_id::text, a.job_id::text, a.attempt_no, j.operation, a.provider,
-                    j.params, a.deadline
-               FROM jobguard.attempt_overview a
-               JOIN jobguard.job_overview j ON j.job_id = a.job_id
-              WHERE a.worker = $1 AND a.state IN ('started', 'unknown')
-                AND a.attempt_id <> ALL ($2::bigint[])
-              ORDER BY a.attempt_id`,
+    const { rows } = await this.pool.query({ text: OWN_OPEN_ATTEMPTS,
       values: [this.name, [...this.held.keys(), ...this.ran, ...this.untouchable]] });
-    return rows.map((r) => ({ ...r, attempt_id: Number(r.attempt_id), job_id: Number(r.job_id) }));
+    return rows.map((r) => ({ ...r, attempt_id: Number(r.attempt_id), job_id: Number(r.job_id),
+      provider_key: r.provider_key === null ? undefined : r.provider_key }));
   }
 
   // runBatch: handle the jobs in order, heartbeating all of them meanwhile;
-  // once stopping, hand back those not started.
+  // once stopping, hand back those not started.  Results are recorded when
+  // the batch ends (one finish_many), or at once when batch is 1; a job
+  // stays held (heartbeaten) until its result is recorded.
   async runBatch(jobs) {
     for (const job of jobs) this.held.set(job.attempt_id, job);
-    for (let i = 0; i < jobs.length; i++) {
-      if (this.stopping) {
-        for (const rest of jobs.slice(i)) await this.release(rest);
-        return;
+    let done = [];   // [job, result]: not recorded yet
+    try {
+      for (let i = 0; i < jobs.length; i++) {
+        if (this.stopping) {
+          for (const rest of jobs.slice(i)) await this.release(rest);
+          return;
+        }
+        let result;
+        try {
+          result = await this.runOne(jobs[i]);
+        } catch (err) {
+          this.drop(jobs[i]);
+          throw err;
+        }
+        if (result === REPORTED) {
+          this.drop(jobs[i]);
+        } else {
+          done.push([jobs[i], result]);
+          if (this.batch === 1) {
+            const now = done;
+            done = [];
+            await this.record(now);
+          }
+        }
       }
-      try {
-        await this.runOne(jobs[i]);
-      } finally {
-        this.held.delete(jobs[i].attempt_id);
-        this.refused.delete(jobs[i].attempt_id);
-      }
+    } finally {
+      await this.record(done);
     }
   }
 
-  // runOne: await the handler and report its result or its error.  The
-  // attempt is marked as run before the handler is called: nothing runs it
-  // again, whatever happens to its report.
+  // drop: the job's attempt is no longer held (reported, or given up).
+  drop(job) {
+    this.held.delete(job.attempt_id);
+    this.refused.delete(job.attempt_id);
+  }
+
+  // runOne: await the handler; report its error at once and resolve to
+  // REPORTED, or resolve to its result, to be recorded.  The attempt is
+  // marked as run before the handler is called: nothing runs it again,
+  // whatever happens to its report.
   async runOne(job) {
     if (this.ran.has(job.attempt_id) || this.untouchable.has(job.attempt_id)) {
       this.logger.error(`${this.name}: attempt ${job.attempt_id} was run already; not again`);
-      return;
+      return REPORTED;
     }
     this.ran.add(job.attempt_id);
     let result;
     try {
       result = await this.handler(job);
     } catch (err) {
-      const retryIn = err && typeof err.retryInSeconds === 'number' ? err.retryInSeconds : undefined;
-      const name = (err && err.name) || 'Error';
-      const text = `${name}: ${err && err.message !== undefined ? err.message : String(err)}`;
-      if (await this.reportFailure(job, text.slice(0, MAX_ERROR), retryIn)) this.stats.failed++;
+      if (err instanceof InProgress) {
+        if (await this.reportInProgress(job)) this.stats.inProgress++;
+      } else if (await this.reportFailure(job, errorText(err), retryInOf(err))) {
+        this.stats.failed++;
+      }
       this.forget(job);
-      return;
+      return REPORTED;
     }
     const why = unrecordable(result);
-    if (why) await this.reportUnrecorded(job, why);
-    else await this.reportResult(job, result);
+    if (!why) return result;
+    await this.reportUnrecorded(job, why);
     this.forget(job);
+    return REPORTED;
+  }
+
+  // record: record the results of handlers that ran: one, or a database
+  // without finish_many, with finish each; more with one finish_many, each
+  // refused row handled as finish's error would be.  No handler is ever
+  // run again, whatever the reports meet.
+  async record(done) {
+    if (done.length === 0) return;
+    try {
+      if (done.length === 1 || !(await this.finishManyExists())) {
+        for (const [job, result] of done) await this.reportResult(job, result);
+        return;
+      }
+      await this.reportMany(done);
+    } finally {
+      for (const [job] of done) {
+        this.forget(job);
+        this.drop(job);
+      }
+    }
+  }
+
+  // finishManyExists: whether the database has finish_many (1.2); asked once.
+  async finishManyExists() {
+    if (this.hasFinishMany === undefined) {
+      try {
+        const { rows: [{ v }] } = await this.call(() => this.pool.query(
+          "SELECT to_regprocedure('jobguard.finish_many(bigint[], jsonb[])') IS NOT NULL AS v"),
+        { retry: true });
+        this.hasFinishMany = v;
+      } catch (err) {
+        return false;   // this time: finish each
+      }
+    }
+    return this.hasFinishMany;
+  }
+
+  // reportMany: finish_many for the batch, repeated after a lost connection
+  // (an equal result gets the same outcome); a call the server refuses as
+  // a whole falls back to finish each.
+  async reportMany(done) {
+    let rows;
+    try {
+      rows = await this.call(() => api.finishMany(this.pool, done.map(([j]) => j.attempt_id),
+        done.map(([, r]) => r)), { retry: true });
+    } catch (err) {
+      if (err instanceof GaveUp || err instanceof Lost) {
+        for (const [job] of done) {
+          this.stats.reportErrors++;
+          this.unreported.add(job.attempt_id);
+          this.logger.error(`${this.name}: could not report the result of attempt ${job.attempt_id} of job ${job.job_id}: ${err.message}`);
+        }
+        return;
+      }
+      this.logger.warn(`${this.name}: finish_many refused the batch (${err.message}); finishing one by one`);
+      for (const [job, result] of done) await this.reportResult(job, result);
+      return;
+    }
+    for (let i = 0; i < done.length; i++) {
+      const [job] = done[i];
+      const row = rows[i];
+      if (row.outcome !== null) {
+        this.stats[row.outcome]++;
+      } else if (NOT_REPORTABLE.includes(row.sqlstate)) {
+        this.stats.reportErrors++;
+        this.unreported.add(job.attempt_id);
+        this.logger.error(`${this.name}: could not report the result of attempt ${job.attempt_id} of job ${job.job_id}: ${row.message}`);
+      } else {
+        await this.reportUnrecorded(job, `finish_many refused it (${row.sqlstate}: ${row.message})`);
+      }
+    }
+  }
+
+  // reportInProgress: the provider says the key is still being processed:
+  // mark the attempt unknown (never fail it).  Resolves true once it is.
+  async reportInProgress(job) {
+    const done = await this.report(job, 'mark unknown',
+      () => api.markUnknown(this.pool, job.attempt_id));
+    if (!done) this.unreported.add(job.attempt_id);
+    return Boolean(done);
   }
 
   // forget: the attempt is closed (or no longer ours to report): drop it
@@ -460,4 +629,5 @@ class Worker {
   }
 }
 
-module.exports = { Worker, RetryLater, isConnectionError };
+module.exports = { Worker, RetryLater, ProviderRefused, InProgress, isConnectionError,
+  errorText, retryInOf, unrecordable, sleep, Lost, GaveUp, NOT_REPORTABLE };

@@ -101,3 +101,40 @@ test('the worker example retries a busy job and stops cleanly on SIGTERM', async
     await tearDown(pool, db);
   }
 });
+
+const DRAIN = path.join(__dirname, '..', 'examples', 'drain.js');
+
+test('the README\'s hand-written loop is the tested file', () => {
+  assert.equal(docBlock('<!-- example: clients/node/examples/drain.js -->',
+    path.join(__dirname, '..', 'README.md')), fs.readFileSync(DRAIN, 'utf8'));
+});
+
+test('the drain loop drains more jobs than a batch, each once', async () => {
+  const db = `${DB}_drain`;
+  const pool = await setUp(db);
+  try {
+    const jobs = (await jg.submitMany(pool, Array.from({ length: 250 }, (_, n) => ({
+      ownerId: 'shop', idempotencyKey: randomUUID(), operation: 'charge', params: { n },
+      provider: 'main-psp' })))).map((r) => r.job_id);
+    const { jobId: busy } = await jg.submit(pool, { ownerId: 'shop', idempotencyKey: randomUUID(),
+      operation: 'charge', params: { in_progress: true }, provider: 'main-psp' });
+    const { stdout } = await promisify(execFile)(process.execPath, [DRAIN],
+      { env: { ...process.env, PGDATABASE: db }, timeout: 120000 });
+    assert.deepEqual(stdout.trim().split('\n'), ['drained 251']);
+    const { rows } = await pool.query(`SELECT j.job_id::int AS id, j.state, j.result, a.n, a.key
+        FROM jobguard.job_overview j,
+             LATERAL (SELECT count(*)::int AS n, max(to_jsonb(x) ->> 'provider_key') AS key
+                        FROM jobguard.attempt_overview x WHERE x.job_id = j.job_id) a
+       WHERE j.job_id = ANY ($1::bigint[])`, [jobs]);
+    assert.equal(rows.length, 250);
+    for (const r of rows) {
+      assert.deepEqual([r.state, r.n], ['succeeded', 1], `job ${r.id}`);
+      const result = { charge_id: `ch_${r.id}` };
+      if (r.key !== null) result.key = r.key;   // a 1.1-shaped claim has no provider_key
+      assert.deepEqual(r.result, result);
+    }
+    assert.deepEqual((await jg.attempts(pool, busy)).map((a) => a.state), ['unknown']);
+  } finally {
+    await tearDown(pool, db);
+  }
+});

@@ -61,16 +61,22 @@ const CASES = {
   restarted: { expect: ['succeeded'], cut: 'restart' },
 };
 
-// cutMidFinish: once the worker's backend waits in finish_attempt for the
-// lock held on the attempt's row, terminate that backend (or restart the
-// server), then let the lock go; resolves to what it cut
+// cutMidFinish: once the worker's backend waits in finish_attempt (or
+// finish_many) for the lock held on the attempt's row, terminate that
+// backend (or restart the server), then let the lock go; resolves to what
+// it cut and the statement it cut
 async function cutMidFinish(locker, workerName, how) {
   let pid;
+  let statement;
   await waitFor(async () => {
-    const rows = await query(`SELECT pid FROM pg_stat_activity
-      WHERE application_name LIKE $1 AND wait_event_type = 'Lock'
-        AND query LIKE '%finish_attempt%'`, [`${workerName}%`]);
+    // exactly the worker's own main connection (its application_name, in
+    // this test's database): never a backend of another test file
+    const rows = await query(`SELECT pid, query FROM pg_stat_activity
+      WHERE datname = $1 AND application_name = $2 AND wait_event_type = 'Lock'
+        AND (query LIKE '%finish_attempt%' OR query LIKE '%finish_many%')`,
+      [DB, `${workerName} (jobguard worker)`]);
     pid = rows.length > 0 ? rows[0].pid : undefined;
+    statement = rows.length > 0 ? rows[0].query : undefined;
     return pid !== undefined;
   }, 20000, 'the worker waiting in finish_attempt');
   if (how === 'terminate') {
@@ -82,13 +88,16 @@ async function cutMidFinish(locker, workerName, how) {
     await promisify(exec)(process.env.JOBGUARD_TEST_RESTART);
     await locker.end().catch(() => {});
   }
-  return { how, pid };
+  return { how, pid, statement };
 }
 
-test('each handler runs exactly once per attempt, whatever fails', async (t) => {
+// everyCase: run every case (but those left out) through one Worker of
+// the given batch size, and check that each attempt ran exactly once
+async function everyCase(t, { batch, leaveOut = [] }) {
   const restart = Boolean(process.env.JOBGUARD_TEST_RESTART);
   if (!restart) t.diagnostic('JOBGUARD_TEST_RESTART is not set: the restart case is left out');
-  const cases = Object.keys(CASES).filter((k) => restart || CASES[k].cut !== 'restart');
+  const cases = Object.keys(CASES).filter((k) => (restart || CASES[k].cut !== 'restart')
+    && !leaveOut.includes(k));
   const op = `op-${randomUUID().slice(0, 12)}`;
   await pool.query(`SELECT jobguard.define_operation($1,
     '{"type": "object", "required": ["charge_id"]}', '0.1 seconds')`, [op]);
@@ -129,7 +138,7 @@ test('each handler runs exactly once per attempt, whatever fails', async (t) => 
     }
   };
   const logger = quiet();
-  const w = new jg.Worker(handler, { name, operations: [op], waitSeconds: 0.2,
+  const w = new jg.Worker(handler, { name, operations: [op], waitSeconds: 0.2, batch,
     reconnectMinSeconds: 0.05, reconnectMaxSeconds: 0.5, logger,
     connection: { database: DB, options: '-c jobguard.max_payload_size=1kB' } });
   const running = w.run({ handleSignals: false });
@@ -150,6 +159,9 @@ test('each handler runs exactly once per attempt, whatever fails', async (t) => 
   const cut = await Promise.all(cuts);
   assert.deepEqual(cut.map((c) => c.how).sort(),
     cases.filter((k) => CASES[k].cut).map((k) => CASES[k].cut).sort(), 'every cut happened');
+  if (batch > 1) {   // the cut hit the batch's finish_many
+    assert.ok(cut.every((c) => /finish_many/.test(c.statement)), cut.map((c) => c.statement).join());
+  }
 
   // every attempt of the worker, in the database, ran exactly once
   const attempts = await query(`SELECT a.attempt_id::int AS id, a.job_id::int AS job, a.state,
@@ -164,4 +176,15 @@ test('each handler runs exactly once per attempt, whatever fails', async (t) => 
   }
   assert.ok(w.stats.reconnects >= 1, 'the worker reconnected after the cut');
   assert.equal(w.stats.adopted, 0);
+}
+
+test('each handler runs exactly once per attempt, whatever fails', async (t) => {
+  await everyCase(t, { batch: 1 });
+});
+
+// a batch's results go in one finish_many: its connection cut while it
+// waits (the worker's backend terminated) must not run any handler again.
+// (One cut per batch: two cut cases in one batch would race for it.)
+test('each handler runs exactly once when a batch\'s finish_many is cut', async (t) => {
+  await everyCase(t, { batch: 4, leaveOut: ['restarted'] });
 });

@@ -85,9 +85,11 @@ test('4 workers drain 120 jobs through killed connections: one success each', as
   let kills = 0;
   while (!finished && kills < 6) {
     await sleep(200);
+    // one of exactly these workers' backends (their application_names)
     const { rows: [{ n }] } = await pool.query(`SELECT count(*)::int AS n FROM (
       SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-       WHERE application_name LIKE $1 ORDER BY random() LIMIT 1) t`, [`${prefix}%`]);
+       WHERE datname = $1 AND application_name = ANY ($2::text[])
+       ORDER BY random() LIMIT 1) t`, [DB, workers.map((w) => `${w.name} (jobguard worker)`)]);
     kills += n;
   }
   const stats = await Promise.all(running);

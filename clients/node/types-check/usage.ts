@@ -2,7 +2,8 @@
 // as it is used, and the type checker refuses what it must refuse.
 import { Pool } from 'pg';
 import * as jobguard from '..';
-import type { AttemptId, Claimed, JobId, Outcome, JobState, SubmitOutcome, WorkerStats } from '..';
+import type { AttemptId, Claimed, JobId, Outcome, JobState, SubmitOutcome, WorkerStats,
+  Unknown, FinishOutcome, ReconcilerStats } from '..';
 
 // usage: the calls a typed application makes, with the types they get.
 async function usage(pool: Pool): Promise<void> {
@@ -89,5 +90,45 @@ async function usage11(pool: Pool): Promise<void> {
   void stats;
 }
 
+// usage12: provider keys, the in-progress exception, finishMany, the Reconciler.
+async function usage12(pool: Pool): Promise<void> {
+  const worker = new jobguard.Worker(async (job) => {
+    const key: string | undefined = job.provider_key;
+    const again: boolean | undefined = job.redrive;
+    if (again) throw new jobguard.InProgress('idempotency_key_in_use');
+    if (!key) throw new jobguard.ProviderRefused('declined', 60);
+    return { key };
+  }, { batch: 10 });
+  const ws: WorkerStats = await worker.run();
+  const n: number = ws.inProgress;
+  const rows: Unknown[] = await jobguard.claimUnknown(pool, { worker: 'r', maxRows: 5,
+    olderThanSeconds: 60, leaseSeconds: 30 });
+  const out: FinishOutcome[] = await jobguard.finishMany(pool, rows.map((r) => r.attempt_id),
+    rows.map((r) => ({ key: r.provider_key })));
+  for (const o of out) {
+    if (o.outcome === null) {
+      const state: string = o.sqlstate;
+      void state;
+    } else {
+      const won: Outcome = o.outcome;
+      void won;
+    }
+  }
+  const key: string = await jobguard.providerKey(pool, rows[0].attempt_id);
+  const r = new jobguard.Reconciler(async (attempt) => {
+    if (attempt.redrivable) return undefined;
+    if (attempt.provider_key === 'x') throw new jobguard.ProviderRefused('no such charge');
+    return { charge: attempt.provider_key };
+  }, { operations: ['charge'], batch: 20, olderThanSeconds: 60, leaseSeconds: 30 });
+  const rs: ReconcilerStats = await r.run({ untilIdle: true });
+  r.stop();
+  // @ts-expect-error finishMany takes attempt ids, not job ids
+  await jobguard.finishMany(pool, rows.map((r) => r.job_id), []);
+  // @ts-expect-error a Reconciler's options are its own (no timeoutSeconds)
+  void new jobguard.Reconciler(async () => undefined, { timeoutSeconds: 3 });
+  void n; void key; void rs;
+}
+
 void usage;
 void usage11;
+void usage12;

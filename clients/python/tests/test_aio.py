@@ -73,15 +73,18 @@ def test_async_workers_drain_through_killed_connections(database: str) -> None:
     async def main() -> List[Any]:
         workers = [AsyncWorker(handler, conninfo=conninfo, name=f"{prefix}-{i}", operations=[op],
                                batch=4, wait=0.5, reconnect_min=0.05) for i in range(3)]
+        appnames = [f"{w.name} ({role})" for w in workers
+                    for role in ("jobguard worker", "jobguard heartbeat")]
         running = [asyncio.create_task(w.run(until_idle=True, handle_signals=False))
                    for w in workers]
         kills = 0
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as c:
             while not all(t.done() for t in running) and kills < 4:
                 await asyncio.sleep(0.15)
+                # one of exactly these workers' backends: never another test's
                 cur = await c.execute("""SELECT count(*) FROM (SELECT pg_terminate_backend(pid)
-                    FROM pg_stat_activity WHERE application_name LIKE %s
-                    ORDER BY random() LIMIT 1) t""", (prefix + "%",))
+                    FROM pg_stat_activity WHERE datname = %s AND application_name = ANY (%s)
+                    ORDER BY random() LIMIT 1) t""", (database, appnames))
                 row = await cur.fetchone()
                 kills += row[0] if row else 0
         stats = await asyncio.gather(*running)

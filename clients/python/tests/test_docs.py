@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Any, Callable, List
+from typing import Any, Callable, Iterator, List
 
 import psycopg
 import pytest
@@ -126,3 +126,57 @@ def test_plpgsql_block_catches_by_sqlstate(database: str) -> None:
         # what the doc says does not work: the condition name
         with pytest.raises(psycopg.errors.UndefinedObject, match="unrecognized exception condition"):
             c.execute(block.replace("SQLSTATE 'JG001'", "idempotency_key_reused"))
+
+
+DRAIN = CLIENT / "examples" / "drain.py"
+
+
+def test_readme_drain_loop_is_the_tested_file() -> None:
+    """The client README's hand-written loop is examples/drain.py."""
+    assert doc_block("<!-- example: clients/python/examples/drain.py -->",
+                     CLIENT / "README.md") == DRAIN.read_text()
+
+
+@pytest.fixture
+def drain_database() -> Iterator[str]:
+    """A database of its own (the loop drains every "charge" job there)."""
+    from conftest import DB, _admin
+    db = f"{DB}_drain"
+    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    _admin(f"CREATE DATABASE {db}")
+    with psycopg.connect(dbname=db, autocommit=True) as c:
+        c.execute("CREATE EXTENSION jobguard")
+        c.execute("""SELECT jobguard.define_operation('charge',
+            '{"type": "object", "required": ["charge_id"]}')""")
+    yield db
+    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def test_drain_loop_drains_more_jobs_than_a_batch_once_each(drain_database: str) -> None:
+    """examples/drain.py drains 250 jobs (3 batches) and an in-progress one:
+    each of the 250 succeeded with one attempt and its provider key as the
+    result's key; the in-progress one is unknown, not failed."""
+    database = drain_database
+    with psycopg.connect(dbname=database, autocommit=True) as c:
+        out = jobguard.submit_many(c, [jobguard.Request("shop", uuid.uuid4().hex, "charge",
+                                                        {"n": i}, "main-psp")
+                                       for i in range(250)])
+        jobs = [o.job_id for o in out if o.job_id is not None]
+        busy = jobguard.submit(c, "shop", uuid.uuid4().hex, "charge", {"in_progress": True},
+                               "main-psp").job_id
+        run = subprocess.run([sys.executable, str(DRAIN)], env=example_env(database),
+                             capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.splitlines() == ["drained 251"], run.stdout
+        rows = c.execute("""SELECT j.job_id, j.state, j.result, a.n, a.key
+                              FROM jobguard.job_overview j,
+                                   LATERAL (SELECT count(*) AS n,
+                                                   max(to_jsonb(x) ->> 'provider_key') AS key
+                                              FROM jobguard.attempt_overview x
+                                             WHERE x.job_id = j.job_id) a
+                             WHERE j.job_id = ANY (%s)""", (jobs,)).fetchall()
+        assert len(rows) == 250
+        for job_id, state, result, n, key in rows:
+            assert (state, n) == ("succeeded", 1), job_id
+            assert result == {"charge_id": f"ch_{job_id}", "key": key}
+        assert [a["state"] for a in jobguard.attempts(c, busy)] == ["unknown"]

@@ -65,17 +65,23 @@ def wait_for(check: Callable[[], bool], seconds: float, what: str) -> None:
 
 
 def cut_mid_finish(conninfo: str, locker: psycopg.Connection[Any], name: str, how: str,
-                   cuts: List[str]) -> None:
-    """Once the worker's backend waits in finish_attempt for the lock held
-    on the attempt's row, terminate that backend (or restart the server),
-    then let the lock go; note what was cut."""
+                   cuts: List[str], statements: List[str]) -> None:
+    """Once the worker's backend waits in finish_attempt (or finish_many)
+    for the lock held on the attempt's row, terminate that backend (or
+    restart the server), then let the lock go; note what was cut, and the
+    statement."""
     pids: List[int] = []
 
     def waiting() -> bool:
         """Whether the worker's backend waits for the lock in its finish."""
-        pids[:] = [r[0] for r in query(conninfo, """SELECT pid FROM pg_stat_activity
-            WHERE application_name LIKE %s AND wait_event_type = 'Lock'
-              AND query LIKE '%%finish_attempt%%'""", (name + "%",))]
+        # exactly the worker's own main connection, in this test's database
+        rows = query(conninfo, """SELECT pid, query FROM pg_stat_activity
+            WHERE datname = current_database() AND application_name = %s
+              AND wait_event_type = 'Lock'
+              AND (query LIKE '%%finish_attempt%%' OR query LIKE '%%finish_many%%')""",
+                     (f"{name} (jobguard worker)",))
+        pids[:] = [r[0] for r in rows]
+        statements[:] = [r[1] for r in rows[:1]]
         return bool(pids)
     try:
         wait_for(waiting, 20, "the worker waiting in finish_attempt")
@@ -94,9 +100,9 @@ def cut_mid_finish(conninfo: str, locker: psycopg.Connection[Any], name: str, ho
 
 
 def run_worker(kind: str, handler: Callable[[Claimed], Any], conninfo: str, name: str, op: str,
-               done: Callable[[], bool]) -> Any:
-    """Run a worker of the given kind until done(); its stats."""
-    kw: Dict[str, Any] = dict(conninfo=conninfo, name=name, operations=[op], wait=0.2,
+               done: Callable[[], bool], batch: int) -> Any:
+    """Run a worker of the given kind and batch size until done(); its stats."""
+    kw: Dict[str, Any] = dict(conninfo=conninfo, name=name, operations=[op], wait=0.2, batch=batch,
                               reconnect_min=0.05, reconnect_max=0.5,
                               connect_kwargs={"options": "-c jobguard.max_payload_size=1kB"})
     if kind == "thread":
@@ -126,12 +132,17 @@ def run_worker(kind: str, handler: Callable[[Claimed], Any], conninfo: str, name
     return asyncio.run(main())
 
 
-@pytest.mark.parametrize("kind", ["thread", "asyncio"])
-def test_each_handler_runs_exactly_once_per_attempt(database: str, kind: str) -> None:
+@pytest.mark.parametrize("kind,batch", [("thread", 1), ("asyncio", 1), ("thread", 4),
+                                        ("asyncio", 4)])
+def test_each_handler_runs_exactly_once_per_attempt(database: str, kind: str,
+                                                    batch: int) -> None:
     """Every failure a handler or the server can produce: each attempt's
-    handler ran exactly once, and every attempt ended as its case says."""
+    handler ran exactly once, and every attempt ended as its case says.
+    With batch 4 the results go in one finish_many, and the cut hits it
+    (one cut case only: two in one batch would race for the same wait)."""
     conninfo = f"dbname={database}"
-    cases = [k for k, v in CASES.items() if RESTART or v[2] != "restart"]
+    cases = [k for k, v in CASES.items()
+             if (RESTART or v[2] != "restart") and not (batch > 1 and k == "restarted")]
     op = "op-" + uuid.uuid4().hex[:12]
     query(conninfo, """SELECT jobguard.define_operation(%s,
         '{"type": "object", "required": ["charge_id"]}', '0.1 seconds')""", (op,))
@@ -145,6 +156,7 @@ def test_each_handler_runs_exactly_once_per_attempt(database: str, kind: str) ->
     calls_lock = threading.Lock()
     cuts: List[str] = []
     cutters: List[threading.Thread] = []
+    statements: List[str] = []
 
     def handler(job: Claimed) -> Any:
         """Count the call; then do what the job's case says."""
@@ -169,7 +181,8 @@ def test_each_handler_runs_exactly_once_per_attempt(database: str, kind: str) ->
             locker.execute("SELECT 1 FROM jobguard.attempts WHERE id = %s FOR UPDATE",
                            (job.attempt_id,))
             t = threading.Thread(target=cut_mid_finish, args=(conninfo, locker, name,
-                                                              CASES[case][2], cuts))
+                                                              CASES[case][2], cuts,
+                                                              statements))
             t.start()
             cutters.append(t)
             return {"charge_id": case}
@@ -185,11 +198,13 @@ def test_each_handler_runs_exactly_once_per_attempt(database: str, kind: str) ->
                      (op,))
         return bool(rows[0][0] == len(cases))
 
-    stats = run_worker(kind, handler, conninfo, name, op, done)
+    stats = run_worker(kind, handler, conninfo, name, op, done, batch)
     for t in cutters:
         t.join(60)
     assert {a: n for a, n in calls.items() if n != 1} == {}
     assert sorted(cuts) == sorted(CASES[k][2] for k in cases if CASES[k][2])
+    if batch > 1:   # the cut hit the batch's finish_many
+        assert statements and "finish_many" in statements[0], statements
     # every attempt of the worker, in the database, ran exactly once
     rows = query(conninfo, """SELECT attempt_id, job_id, state, error
                                 FROM jobguard.attempt_overview WHERE worker = %s

@@ -90,14 +90,18 @@ def test_workers_drain_the_queue_through_killed_connections(database: str, conn:
     conninfo = f"dbname={database}"
     workers = [Worker(handler, conninfo=conninfo, name=f"{prefix}-{i}", operations=[op],
                       batch=5, timeout=30, wait=1, reconnect_min=0.05) for i in range(4)]
+    # exactly these workers' backends (their application_names): never
+    # another test's
+    appnames = [f"{w.name} ({role})" for w in workers
+                for role in ("jobguard worker", "jobguard heartbeat")]
     threads = [start(w, until_idle=True) for w in workers]
     kills = 0
     while any(t.is_alive() for t in threads) and kills < 6:
         time.sleep(0.2)
         row = conn.execute("""SELECT count(*) FROM (
             SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-             WHERE application_name LIKE %s ORDER BY random() LIMIT 1) t""",
-                           (prefix + "%",)).fetchone()
+             WHERE datname = %s AND application_name = ANY (%s)
+             ORDER BY random() LIMIT 1) t""", (database, appnames)).fetchone()
         kills += row[0] if row else 0
     for t in threads:
         t.join(60)

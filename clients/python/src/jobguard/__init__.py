@@ -1,22 +1,25 @@
 """jobguard for Python: the jobguard SQL API on psycopg 3, with one
 exception class per jobguard SQLSTATE, distinct job and attempt id types,
-a worker loop on claim (``Worker``), and the same for asyncio
-(``AsyncConnection``, ``AsyncWorker``).
+a worker loop on claim (``Worker``), a reconciler loop on claim_unknown
+(``Reconciler``), and the same for asyncio (``AsyncConnection``,
+``AsyncWorker``, ``AsyncReconciler``).
 
 Importing this package registers the exception classes with psycopg.
 """
 
-from .api import (Attempt, AttemptState, Claimed, Job, JobState, Outcome, Request, Seconds,
-                  Submitted, SubmitOutcome, attempts, await_job, begin_attempt, cancel_attempt,
-                  cancel_job, claim, fail, finish, heartbeat, job, job_state, mark_unknown,
-                  submit, submit_many)
+from .api import (Attempt, AttemptState, Claimed, FinishOutcome, Job, JobState, Outcome,
+                  Request, Seconds, Submitted, SubmitOutcome, Unknown, attempts, await_job,
+                  begin_attempt, cancel_attempt, cancel_job, claim, claim_unknown, fail, finish,
+                  finish_many, heartbeat, job, job_state, mark_unknown, provider_key, submit,
+                  submit_many)
 from .errors import (BY_SQLSTATE, AttemptInFlight, AttemptNotFound, AttemptsExhausted,
                      IdempotencyKeyReused, InvalidParameterValue, InvalidTransition, JobClosed,
                      JobguardError, JobNotFound, NullValueNotAllowed, ProviderNotCertified,
                      ResultMismatch, translate)
 from .ids import AttemptId, JobId
-from .worker import Handler, RetryLater, Worker, WorkerStats
-from .aio import AsyncConnection, AsyncHandler, AsyncWorker
+from .worker import Handler, InProgress, ProviderRefused, RetryLater, Worker, WorkerStats
+from .reconciler import Reconcile, Reconciler, ReconcilerStats
+from .aio import AsyncConnection, AsyncHandler, AsyncReconciler, AsyncWorker
 
 __version__ = "1.1.0"
 
@@ -26,8 +29,10 @@ __all__ = [
     "submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
     "cancel_job", "job_state", "job", "attempts", "await_job",
     "claim", "heartbeat", "submit_many",
-    "Worker", "WorkerStats", "RetryLater", "Handler",
-    "AsyncConnection", "AsyncWorker", "AsyncHandler",
+    "Unknown", "FinishOutcome", "claim_unknown", "finish_many", "provider_key",
+    "Worker", "WorkerStats", "RetryLater", "ProviderRefused", "InProgress", "Handler",
+    "Reconciler", "ReconcilerStats", "Reconcile",
+    "AsyncConnection", "AsyncWorker", "AsyncHandler", "AsyncReconciler",
     "JobguardError", "IdempotencyKeyReused", "AttemptInFlight", "JobClosed",
     "ProviderNotCertified", "AttemptsExhausted", "InvalidTransition", "ResultMismatch",
     "JobNotFound", "AttemptNotFound", "NullValueNotAllowed", "InvalidParameterValue",

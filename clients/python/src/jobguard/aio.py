@@ -17,10 +17,10 @@ import inspect
 import logging
 import signal
 import time
-from datetime import timedelta
+
 from types import TracebackType
-from typing import (Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Type, TypeVar,
-                    Union)
+from typing import (Any, Awaitable, Callable, Dict, List, Optional, Sequence, Set, Tuple, Type,
+                    TypeVar, Union)
 
 import psycopg
 from psycopg.rows import dict_row
@@ -28,10 +28,13 @@ from psycopg.rows import dict_row
 from . import api
 from .api import Claimed, Seconds, Steps
 from .errors import AttemptNotFound, InvalidTransition, ResultMismatch, translate
-from .ids import AttemptId, JobId
-from .worker import MAX_ERROR, WorkerStats, _set_options, unrecordable
+from .ids import AttemptId
+from .reconciler import (ReconcilerStats, _set_reconciler_options, answer_of, count_outcomes,
+                         result_answer)
+from .worker import (MAX_ERROR, NOT_REPORTABLE, OWN_OPEN_ATTEMPTS, InProgress, WorkerStats,
+                     _set_options, error_text, retry_in_of, unrecordable)
 
-__all__ = ["AsyncConnection", "AsyncWorker", "AsyncHandler"]
+__all__ = ["AsyncConnection", "AsyncWorker", "AsyncHandler", "AsyncReconciler"]
 
 log = logging.getLogger("jobguard.worker")
 R = TypeVar("R")
@@ -96,6 +99,9 @@ class AsyncConnection:
     claim: Callable[..., Awaitable[List[Claimed]]]
     heartbeat: Callable[..., Awaitable[Any]]
     submit_many: Callable[..., Awaitable[List[api.SubmitOutcome]]]
+    claim_unknown: Callable[..., Awaitable[List[api.Unknown]]]
+    finish_many: Callable[..., Awaitable[List[api.FinishOutcome]]]
+    provider_key: Callable[..., Awaitable[Optional[str]]]
 
     def __init__(self, conn: AConn) -> None:
         """Wrap an open psycopg AsyncConnection."""
@@ -122,8 +128,12 @@ class AsyncConnection:
 
 for _name in ("submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
               "cancel_job", "job_state", "job", "attempts", "await_job", "claim", "heartbeat",
-              "submit_many"):
+              "submit_many", "claim_unknown", "finish_many", "provider_key"):
     setattr(AsyncConnection, _name, _method(_name))
+
+
+#: what _run_one returns when nothing is left to record
+_REPORTED = object()
 
 
 class _GaveUp(Exception):
@@ -224,6 +234,7 @@ class AsyncWorker:
         self._untouchable: Set[AttemptId] = set()
         self._started_up = False
         self._claim_lost = False
+        self._finish_many: Optional[bool] = None
         self._stopping = asyncio.Event()
         self._stopped_at = 0.0
         self._beat_stop = asyncio.Event()
@@ -350,55 +361,144 @@ class AsyncWorker:
         """Its started or unknown attempts not held and never run."""
         skip = list(self._held) + list(self._ran) + list(self._untouchable)
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute("""SELECT a.attempt_id, a.job_id, a.attempt_no, j.operation,
-                                        a.provider, j.params, a.deadline
-                                   FROM jobguard.attempt_overview a
-                                   JOIN jobguard.job_overview j ON j.job_id = a.job_id
-                                  WHERE a.worker = %s AND a.state IN ('started', 'unknown')
-                                    AND a.attempt_id <> ALL (%s::bigint[])
-                                  ORDER BY a.attempt_id""", (self.name, skip))
-            return [Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
-                            r["operation"], r["provider"], r["params"], r["deadline"])
-                    for r in await cur.fetchall()]
+            await cur.execute(OWN_OPEN_ATTEMPTS, (self.name, skip))
+            return [api.claimed(r) for r in await cur.fetchall()]
 
     async def _run_batch(self, jobs: List[Claimed]) -> None:
-        """Handle the batch in order; once stopping, hand back the rest."""
+        """Handle the batch in order; once stopping, hand back the rest.
+        Results are recorded when the batch ends (one finish_many), or at
+        once when batch is 1; a job stays held until then."""
         self._held.update((job.attempt_id, job) for job in jobs)
-        for i, job in enumerate(jobs):
-            if self._stopping.is_set():
-                for rest in jobs[i:]:
-                    await self._release(rest)
-                return
-            try:
-                await self._run_one(job)
-            finally:
-                self._held.pop(job.attempt_id, None)
+        done: List[Tuple[Claimed, Any]] = []
+        try:
+            for i, job in enumerate(jobs):
+                if self._stopping.is_set():
+                    for rest in jobs[i:]:
+                        await self._release(rest)
+                    return
+                try:
+                    result = await self._run_one(job)
+                except BaseException:
+                    self._held.pop(job.attempt_id, None)
+                    raise
+                if result is _REPORTED:
+                    self._held.pop(job.attempt_id, None)
+                else:
+                    done.append((job, result))
+                    if self.batch == 1:
+                        await self._record(done)
+                        done = []
+        finally:
+            await self._record(done)
 
-    async def _run_one(self, job: Claimed) -> None:
-        """Call the handler once and report its result or its error."""
+    async def _run_one(self, job: Claimed) -> Any:
+        """Call the handler once; report its error at once, return its
+        result to be recorded (_REPORTED: nothing to record)."""
         if job.attempt_id in self._ran or job.attempt_id in self._untouchable:
             log.error("%s: attempt %d was run already; not again", self.name, job.attempt_id)
-            return
+            return _REPORTED
         self._ran.add(job.attempt_id)
         try:
             result = self.handler(job)
             if inspect.isawaitable(result):
                 result = await result
+        except InProgress:
+            if await self._report_in_progress(job):
+                self.stats.in_progress += 1
         except Exception as err:  # the handler's failure, whatever it is
-            retry_in = getattr(err, "retry_in", None)
-            if not isinstance(retry_in, (timedelta, int, float)):
-                retry_in = None
-            if await self._report_failure(job, f"{type(err).__name__}: {err}"[:MAX_ERROR],
-                                          retry_in):
+            if await self._report_failure(job, error_text(err), retry_in_of(err)):
                 self.stats.failed += 1
         else:
             why = unrecordable(result)
-            if why is not None:
-                await self._report_unrecorded(job, why)
-            else:
-                await self._report_result(job, result)
+            if why is None:
+                return result
+            await self._report_unrecorded(job, why)
+        self._forget(job)
+        return _REPORTED
+
+    def _forget(self, job: Claimed) -> None:
+        """Reported: no longer a run attempt, unless its report never got through."""
         if job.attempt_id not in self._unreported:
             self._ran.discard(job.attempt_id)
+
+    async def _record(self, done: List[Tuple[Claimed, Any]]) -> None:
+        """Record the results of handlers that ran (see Worker._record)."""
+        if not done:
+            return
+        try:
+            if len(done) == 1 or not await self._has_finish_many():
+                for job, result in done:
+                    await self._report_result(job, result)
+                return
+            await self._report_many(done)
+        finally:
+            for job, _ in done:
+                self._forget(job)
+                self._held.pop(job.attempt_id, None)
+
+    async def _has_finish_many(self) -> bool:
+        """Whether the database has finish_many (1.2); asked once."""
+        if self._finish_many is None:
+            async def ask(conn: AConn, tries: int) -> bool:
+                """One look at the catalog."""
+                cur = await conn.execute(
+                    "SELECT to_regprocedure('jobguard.finish_many(bigint[], jsonb[])') IS NOT NULL")
+                row = await cur.fetchone()
+                return bool(row and row[0])
+            try:
+                self._finish_many = await self._main.call(ask, retry=True)
+            except (_GaveUp, psycopg.Error):
+                return False
+        return self._finish_many
+
+    async def _report_many(self, done: List[Tuple[Claimed, Any]]) -> None:
+        """finish_many for the batch (see Worker._report_many)."""
+        async def many(conn: AConn, tries: int) -> List[api.FinishOutcome]:
+            """One try at finish_many."""
+            return await run(conn, api.finish_many.steps(
+                conn, [j.attempt_id for j, _ in done], [r for _, r in done]))
+        try:
+            rows = await self._main.call(many, retry=True)
+        except (_GaveUp, _Lost) as err:
+            for job, _ in done:
+                self.stats.report_errors += 1
+                self._unreported.add(job.attempt_id)
+                log.error("%s: could not report the result of attempt %d of job %d: %s",
+                          self.name, job.attempt_id, job.job_id, err)
+            return
+        except psycopg.Error as err:
+            log.warning("%s: finish_many refused the batch (%s); finishing one by one",
+                        self.name, str(err).strip())
+            for job, result in done:
+                await self._report_result(job, result)
+            return
+        for (job, _), row in zip(done, rows):
+            if row.outcome is not None:
+                setattr(self.stats, row.outcome, getattr(self.stats, row.outcome) + 1)
+            elif row.sqlstate in NOT_REPORTABLE:
+                self.stats.report_errors += 1
+                self._unreported.add(job.attempt_id)
+                log.error("%s: could not report the result of attempt %d of job %d: %s",
+                          self.name, job.attempt_id, job.job_id, row.message)
+            else:
+                await self._report_unrecorded(job, f"finish_many refused it ({row.sqlstate}: "
+                                                   f"{row.message})")
+
+    async def _report_in_progress(self, job: Claimed) -> bool:
+        """The provider says the key is still being processed: mark_unknown,
+        never fail.  True once it is unknown."""
+        async def mark(conn: AConn, tries: int) -> str:
+            """One try at mark_unknown."""
+            return await run(conn, api.mark_unknown.steps(conn, job.attempt_id))
+        try:
+            await self._main.call(mark, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self.stats.report_errors += 1
+            self._unreported.add(job.attempt_id)
+            log.error("%s: could not mark attempt %d of job %d unknown: %s", self.name,
+                      job.attempt_id, job.job_id, err)
+            return False
+        return True
 
     async def _report_result(self, job: Claimed, result: Any) -> None:
         """finish, repeated after a lost connection; a refused result fails."""
@@ -513,3 +613,161 @@ class AsyncWorker:
                     return
                 except psycopg.Error as err:
                     log.warning("%s: heartbeat failed: %s", self.name, err)
+
+
+class AsyncReconciler:
+    """``jobguard.Reconciler`` on asyncio: the same loop, options, stats and
+    guarantees (reconcile is called at most once per row of one
+    claim_unknown call; each answer is reported once), with ``await
+    reconcile(attempt)`` (a plain function's value is used as is).
+    ``run()`` is a coroutine; with ``handle_signals`` SIGTERM and SIGINT
+    call ``stop()`` (a second one cancels the run)."""
+
+    def __init__(self, reconcile: Callable[[api.Unknown], Any], *, conninfo: str = "",
+                 name: Optional[str] = None, operations: Optional[Sequence[str]] = None,
+                 batch: int = 10, older_than: Seconds = 0, lease: Seconds = 30,
+                 wait: Seconds = 2, reconnect_min: Seconds = 0.1, reconnect_max: Seconds = 5,
+                 shutdown_grace: Seconds = 30,
+                 connect_kwargs: Optional[Dict[str, Any]] = None) -> None:
+        """The options of ``jobguard.Reconciler``."""
+        _set_reconciler_options(self, reconcile, conninfo, name, operations, batch, older_than,
+                                lease, wait, reconnect_min, reconnect_max, shutdown_grace,
+                                connect_kwargs)
+        self._stopping = asyncio.Event()
+        self._stopped_at = 0.0
+        self._link = _ALink(self, "jobguard reconciler", self._gives_up)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        """The current call finishes, the batch's answers are reported."""
+        if not self._stopping.is_set():
+            self._stopped_at = time.monotonic()
+            self._stopping.set()
+
+    @property
+    def stopping(self) -> bool:
+        """True once stop() was called."""
+        return self._stopping.is_set()
+
+    def _gives_up(self) -> bool:
+        """Once stopped, reconnecting ends after shutdown_grace."""
+        return (self._stopping.is_set()
+                and time.monotonic() - self._stopped_at > self.shutdown_grace)
+
+    async def run(self, *, until_idle: bool = False,
+                  handle_signals: bool = True) -> ReconcilerStats:
+        """Lease and reconcile until stop() (or, with until_idle, until a
+        round finds nothing); return the stats."""
+        loop = asyncio.get_running_loop()
+        me = asyncio.current_task()
+        installed: List[int] = []
+        if handle_signals:
+            def on_signal(sig: int) -> None:
+                """First signal: stop; a second one cancels the run."""
+                if self._stopping.is_set() and me is not None:
+                    me.cancel()
+                    return
+                self.stop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, on_signal, sig)
+                    installed.append(sig)
+                except (NotImplementedError, RuntimeError):
+                    pass
+
+        async def lease(conn: AConn, tries: int) -> List[api.Unknown]:
+            """One claim_unknown."""
+            return await run(conn, api.claim_unknown.steps(conn, self.name, self.operations,
+                                                           self.batch, self.older_than,
+                                                           self.lease))
+        try:
+            while not self._stopping.is_set():
+                try:
+                    rows = await self._link.call(lease, retry=True)
+                except _GaveUp:
+                    break
+                self.stats.claimed += len(rows)
+                if rows:
+                    await self._run_batch(rows)
+                elif until_idle:
+                    break
+                else:
+                    try:
+                        await asyncio.wait_for(self._stopping.wait(), self.wait)
+                    except asyncio.TimeoutError:
+                        pass
+        finally:
+            await self._link.close()
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+        return self.stats
+
+    async def _run_batch(self, rows: List[api.Unknown]) -> None:
+        """Ask reconcile about each row once, then report."""
+        asked: Set[int] = set()
+        results: List[Tuple[api.Unknown, Any]] = []
+        try:
+            for row in rows:
+                if self._stopping.is_set():
+                    break
+                if row.attempt_id in asked:
+                    continue
+                asked.add(row.attempt_id)
+                try:
+                    value = self.reconcile(row)
+                    if inspect.isawaitable(value):
+                        value = await value
+                except Exception as err:  # classified as the sync loop does
+                    failure = err
+                    answer = answer_of(self, row, lambda: _raise(failure))
+                else:
+                    answer = result_answer(self, row, value)
+                if answer is None:
+                    continue
+                if answer[0] == "fail":
+                    await self._fail(row, *answer[1])
+                else:
+                    results.append((row, answer[1]))
+        finally:
+            await self._finish(results)
+
+    async def _fail(self, row: api.Unknown, error: str, retry_in: Optional[Seconds]) -> None:
+        """fail_attempt; a repeat that finds it failed counts as done."""
+        async def fail(conn: AConn, tries: int) -> str:
+            """One try at fail_attempt."""
+            try:
+                return await run(conn, api.fail.steps(conn, row.attempt_id, error, retry_in))
+            except InvalidTransition as err:
+                if tries > 0 and err.state == "failed":
+                    return "failed"
+                raise
+        try:
+            await self._link.call(fail, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self.stats.report_errors += 1
+            log.error("%s: could not fail attempt %d of job %d: %s", self.name, row.attempt_id,
+                      row.job_id, err)
+        else:
+            self.stats.failed += 1
+
+    async def _finish(self, results: List[Tuple[api.Unknown, Any]]) -> None:
+        """finish_many for the answered results."""
+        if not results:
+            return
+        rows = [row for row, _ in results]
+
+        async def many(conn: AConn, tries: int) -> List[api.FinishOutcome]:
+            """One try at finish_many."""
+            return await run(conn, api.finish_many.steps(conn, [r.attempt_id for r in rows],
+                                                         [res for _, res in results]))
+        try:
+            outcomes = await self._link.call(many, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self.stats.report_errors += len(rows)
+            log.error("%s: could not report %d results: %s", self.name, len(rows), err)
+            return
+        count_outcomes(self, rows, outcomes)
+
+
+def _raise(err: BaseException) -> Any:
+    """Raise err (to classify an exception a coroutine raised)."""
+    raise err

@@ -28,6 +28,7 @@ __all__ = [
     "submit", "begin_attempt", "finish", "fail", "mark_unknown", "cancel_attempt",
     "cancel_job", "job_state", "job", "attempts", "await_job",
     "claim", "heartbeat", "submit_many",
+    "Unknown", "FinishOutcome", "claim_unknown", "finish_many", "provider_key",
 ]
 
 JobState = Literal["pending", "running", "unknown", "succeeded", "failed", "cancelled"]
@@ -98,6 +99,54 @@ class Claimed:
     provider: str
     params: Any
     deadline: datetime
+    #: the attempt's provider key (1.2): send it to the provider as its own
+    #: idempotency key; None on a 1.1 database
+    provider_key: Optional[str] = None
+    #: True when claim redrove a stalled attempt: the same request again,
+    #: under the same provider key (1.2; False on a 1.1 database)
+    redrive: bool = False
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """One unknown attempt that ``claim_unknown`` handed to a reconciler, to
+    look up at the provider by its provider key (1.2)."""
+
+    attempt_id: AttemptId
+    job_id: JobId
+    operation: str
+    provider: str
+    provider_key: str
+    params: Any
+    unknown_since: datetime
+    redrivable: bool
+
+
+@dataclass(frozen=True)
+class FinishOutcome:
+    """The outcome of one element of ``finish_many`` (1.2).
+
+    Decided: ``outcome`` is what ``finish`` would have returned.  Refused:
+    ``outcome`` is None, ``sqlstate`` and ``message`` say why (the error
+    ``finish`` would have raised), and nothing was written for it."""
+
+    ord: int
+    attempt_id: AttemptId
+    outcome: Optional[Outcome]
+    sqlstate: Optional[str]
+    message: Optional[str]
+
+    @property
+    def refused(self) -> bool:
+        """True if the element was refused (nothing written for it)."""
+        return self.outcome is None
+
+    @property
+    def error_class(self) -> Optional[Type[psycopg.DatabaseError]]:
+        """The exception class ``finish`` would have raised, None if decided."""
+        if self.outcome is not None:
+            return None
+        return BY_SQLSTATE.get(self.sqlstate or "", psycopg.DatabaseError)
 
 
 @dataclass(frozen=True)
@@ -320,13 +369,20 @@ def claim(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
     provider given also takes failovers it is certified for.  ``wait`` > 0:
     wait up to that long for work (READ COMMITTED or autocommit only).
     Commit promptly: the attempts' deadlines run from the claim."""
-    rows = (yield """SELECT attempt_id, job_id, attempt_no, operation, provider, params,
-                                 deadline
-                            FROM jobguard.claim(%s, %s::text[], %s, %s, %s, %s)""",
+    # every column: a 1.2 database adds provider_key and redrive, a 1.1
+    # database (served by the 1.2 library) has the first seven only
+    rows = (yield "SELECT * FROM jobguard.claim(%s, %s::text[], %s, %s, %s, %s)",
                  (worker, None if operations is None else list(operations),
                   _interval(timeout), max_jobs, provider, _interval(wait)))
-    return [Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
-                    r["operation"], r["provider"], r["params"], r["deadline"]) for r in rows]
+    return [claimed(r) for r in rows]
+
+
+def claimed(r: Dict[str, Any]) -> Claimed:
+    """A Claimed from a row of claim (or of the same columns); provider_key
+    and redrive are absent on a 1.1 database."""
+    return Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
+                   r["operation"], r["provider"], r["params"], r["deadline"],
+                   r.get("provider_key"), bool(r.get("redrive") or False))
 
 
 @Statement
@@ -358,3 +414,46 @@ def submit_many(conn: Conn, requests: Sequence[Request]) -> Steps[List[SubmitOut
                   None if all(m is None for m in limits) else limits))
     return [SubmitOutcome(r["ord"], None if r["job_id"] is None else JobId(r["job_id"]),
                           bool(r["created"]), r["sqlstate"], r["message"]) for r in rows]
+
+
+@Statement
+def claim_unknown(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
+                  max_rows: int = 1, older_than: Seconds = 0,
+                  lease: Seconds = 30) -> Steps[List[Unknown]]:
+    """Lease up to ``max_rows`` unknown attempts (unknown for at least
+    ``older_than``; ``operations`` None: any) to ``worker`` for ``lease``, to
+    look up at the provider by provider key; no other reconciler gets them
+    while the lease lasts.  Report what the provider says with ``finish``
+    (or ``finish_many``), ``fail``, or nothing (still unknown).  1.2."""
+    rows = (yield """SELECT attempt_id, job_id, operation, provider, provider_key, params,
+                                 unknown_since, redrivable
+                            FROM jobguard.claim_unknown(%s, %s::text[], %s, %s, %s)""",
+                 (worker, None if operations is None else list(operations), max_rows,
+                  _interval(older_than), _interval(lease)))
+    return [Unknown(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["operation"],
+                    r["provider"], r["provider_key"], r["params"], r["unknown_since"],
+                    bool(r["redrivable"])) for r in rows]
+
+
+@Statement
+def finish_many(conn: Conn, attempt_ids: Sequence[AttemptId],
+                results: Sequence[Any]) -> Steps[List[FinishOutcome]]:
+    """Report many results in one statement; one outcome per element, in
+    order, each what ``finish`` would have answered for it alone.  A refused
+    element (JG006, JG007, JG009, 22004, 54000) is an outcome carrying its
+    SQLSTATE and message, not an exception, and does not stop the others.
+    1.2."""
+    rows = (yield """SELECT ord, attempt_id, outcome, sqlstate, message
+                            FROM jobguard.finish_many(%s::bigint[], %s::jsonb[])
+                           ORDER BY ord""",
+                 (list(attempt_ids), [_json(r) for r in results]))
+    return [FinishOutcome(r["ord"], None if r["attempt_id"] is None  # type: ignore[arg-type]
+                          else AttemptId(r["attempt_id"]), r["outcome"], r["sqlstate"],
+                          r["message"]) for r in rows]
+
+
+@Statement
+def provider_key(conn: Conn, attempt_id: AttemptId) -> Steps[Optional[str]]:
+    """The attempt's provider key (1.2)."""
+    key: Optional[str] = _first((yield "SELECT jobguard.provider_key(%s)", (attempt_id,)))
+    return key

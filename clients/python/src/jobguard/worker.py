@@ -2,9 +2,17 @@
 
 ``Worker(handler).run()`` claims jobs (a batch at a time, waiting for work
 when there is none), calls ``handler(job)`` for each, and reports: the
-handler's return value is the result (``finish``), an exception fails the
-attempt (``fail``; ``RetryLater``, or any exception with a ``retry_in``
-attribute, holds the retry back that long).  A result that cannot be
+handler's return value is the result (``finish``; with ``batch`` > 1 the
+batch's results are recorded together by one ``finish_many`` when the batch
+ends), an exception fails the attempt (``fail``; ``ProviderRefused`` says
+"the provider said no", ``RetryLater``, or any exception with a
+``retry_in`` attribute, holds the retry back that long), and ``InProgress``
+("the provider says this key is still being processed") marks it unknown
+(``mark_unknown``), never failed: a failed attempt's successor gets a new
+provider key, and the first request may still be running.  Send
+``job.provider_key`` to the provider as its idempotency key; a redrive
+(``job.redrive``) is the same request again under the same key, and runs
+the same handler.  A result that cannot be
 recorded (None, not JSON, too large, refused by ``finish_attempt``) fails
 the attempt with an error saying why.  While a batch is held, a
 background thread heartbeats its attempts on a connection of its own, so a
@@ -36,7 +44,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from types import FrameType
-from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -44,9 +52,9 @@ from psycopg.rows import dict_row
 from . import api
 from .api import Claimed, Seconds
 from .errors import AttemptNotFound, InvalidTransition, ResultMismatch
-from .ids import AttemptId, JobId
+from .ids import AttemptId
 
-__all__ = ["Worker", "WorkerStats", "RetryLater", "Handler"]
+__all__ = ["Worker", "WorkerStats", "RetryLater", "ProviderRefused", "InProgress", "Handler"]
 
 log = logging.getLogger("jobguard.worker")
 
@@ -58,15 +66,66 @@ T = TypeVar("T")
 #: the longest error text a failed attempt records
 MAX_ERROR = 4000
 
+#: a worker's started or unknown attempts but those given, as claim rows;
+#: provider_key is read through to_jsonb so that a 1.1 database (without
+#: the column) gives NULL, and redrive says whether a predecessor was
+#: redriven as this attempt
+OWN_OPEN_ATTEMPTS = """
+    SELECT a.attempt_id, a.job_id, a.attempt_no, j.operation, a.provider, j.params, a.deadline,
+           to_jsonb(a) ->> 'provider_key' AS provider_key,
+           EXISTS (SELECT 1 FROM jobguard.attempt_overview p
+                    WHERE p.job_id = a.job_id AND p.state = 'cancelled'
+                      AND p.cancel_reason = 'redriven as attempt ' || a.attempt_id) AS redrive
+      FROM jobguard.attempt_overview a
+      JOIN jobguard.job_overview j ON j.job_id = a.job_id
+     WHERE a.worker = %s AND a.state IN ('started', 'unknown')
+       AND a.attempt_id <> ALL (%s::bigint[])
+     ORDER BY a.attempt_id"""
 
-class RetryLater(Exception):
+#: the SQLSTATEs of a finish that can never be recorded by this attempt
+#: (not open, a different result, no such attempt): a report error, as the
+#: exceptions InvalidTransition, ResultMismatch, AttemptNotFound of finish
+NOT_REPORTABLE = ("JG006", "JG007", "JG009")
+
+
+def error_text(err: BaseException) -> str:
+    """The error an attempt records for a handler's exception."""
+    return f"{type(err).__name__}: {err}"[:MAX_ERROR]
+
+
+def retry_in_of(err: BaseException) -> Optional[Seconds]:
+    """The delay an exception asks for its retry (its ``retry_in``), or None."""
+    retry_in = getattr(err, "retry_in", None)
+    return retry_in if isinstance(retry_in, (timedelta, int, float)) else None
+
+
+class ProviderRefused(Exception):
+    """Raised by a handler or a reconcile callable: the provider said no (it
+    did not do the work, and will not).  The attempt fails (``fail``, its
+    error this exception's text), the gate opens, and the next attempt gets
+    a new provider key; ``retry_in`` (a timedelta or seconds, None: the
+    operation's backoff) holds that attempt back."""
+
+    def __init__(self, message: str, retry_in: Optional[Seconds] = None) -> None:
+        """Keep the message (the attempt's error) and the delay."""
+        super().__init__(message)
+        self.retry_in = retry_in
+
+
+class RetryLater(ProviderRefused):
     """Raised by a handler: fail this attempt, and let ``claim`` hand the job
     out again no sooner than ``retry_in`` (a timedelta or seconds)."""
 
     def __init__(self, message: str, retry_in: Seconds) -> None:
         """Keep the message (the attempt's error) and the delay."""
-        super().__init__(message)
-        self.retry_in = retry_in
+        super().__init__(message, retry_in)
+
+
+class InProgress(Exception):
+    """Raised by a handler: the provider says this provider key is still
+    being processed (Stripe: 409 ``idempotency_key_in_use``).  Not a
+    failure: the attempt is marked unknown (``mark_unknown``), so that a
+    redrive or a reconciler asks again under the same key later."""
 
 
 @dataclass
@@ -81,6 +140,7 @@ class WorkerStats:
     lost: int = 0             #: results that lost to another attempt or a cancel
     rejected: int = 0         #: results that broke the output contract
     failed: int = 0           #: attempts failed because the handler raised
+    in_progress: int = 0      #: attempts marked unknown because the handler raised InProgress
     unrecorded: int = 0       #: attempts failed because their result could not be recorded
     released: int = 0         #: claimed attempts handed back unrun at shutdown
     report_errors: int = 0    #: reports the server refused or that could not be delivered
@@ -104,6 +164,10 @@ def unrecordable(result: Any) -> Optional[str]:
 def _secs(value: Seconds) -> float:
     """Seconds as a float, from a timedelta or a number."""
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+#: what _run_one returns when nothing is left to record
+_REPORTED = object()
 
 
 class _GaveUp(Exception):
@@ -234,6 +298,7 @@ class Worker:
         self._untouchable: set[AttemptId] = set()  # open attempts never to run
         self._started_up = False      # the open attempts found at start were dealt with
         self._claim_lost = False      # a claim's answer was lost: look for what it began
+        self._finish_many: Optional[bool] = None   # the database has finish_many
         self._held_lock = threading.Lock()
         self._stopping = threading.Event()
         self._stopped_at = 0.0
@@ -379,58 +444,151 @@ class Worker:
             held = list(self._held)
         held += list(self._ran) + list(self._untouchable)
         with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute("""SELECT a.attempt_id, a.job_id, a.attempt_no, j.operation, a.provider,
-                                  j.params, a.deadline
-                             FROM jobguard.attempt_overview a
-                             JOIN jobguard.job_overview j ON j.job_id = a.job_id
-                            WHERE a.worker = %s AND a.state IN ('started', 'unknown')
-                              AND a.attempt_id <> ALL (%s::bigint[])
-                            ORDER BY a.attempt_id""", (self.name, held))
-            return [Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
-                            r["operation"], r["provider"], r["params"], r["deadline"])
-                    for r in cur.fetchall()]
+            cur.execute(OWN_OPEN_ATTEMPTS, (self.name, held))
+            return [api.claimed(r) for r in cur.fetchall()]
 
     # -- running ---------------------------------------------------------
 
     def _run_batch(self, jobs: List[Claimed]) -> None:
         """Handle the batch in order, heartbeating all of it meanwhile; once
-        stopping, hand back what has not started."""
+        stopping, hand back what has not started.  Results are recorded when
+        the batch ends (one finish_many), or at once when batch is 1; a job
+        stays held (heartbeaten) until its result is recorded."""
         with self._held_lock:
             self._held.update((job.attempt_id, job) for job in jobs)
-        for i, job in enumerate(jobs):
-            if self._stopping.is_set():
-                for rest in jobs[i:]:
-                    self._release(rest)
-                return
-            try:
-                self._run_one(job)
-            finally:
-                with self._held_lock:
-                    self._held.pop(job.attempt_id, None)
+        done: List[Tuple[Claimed, Any]] = []   # results not recorded yet
+        try:
+            for i, job in enumerate(jobs):
+                if self._stopping.is_set():
+                    for rest in jobs[i:]:
+                        self._release(rest)
+                    return
+                try:
+                    result = self._run_one(job)
+                except BaseException:
+                    self._drop(job)
+                    raise
+                if result is _REPORTED:
+                    self._drop(job)
+                else:
+                    done.append((job, result))
+                    if self.batch == 1:
+                        self._record(done)
+                        done = []
+        finally:
+            self._record(done)
 
-    def _run_one(self, job: Claimed) -> None:
-        """Call the handler and report its result or its error.  The attempt
-        is marked as run before the handler is called: nothing runs it
-        again, whatever happens to its report."""
+    def _drop(self, job: Claimed) -> None:
+        """The job's attempt is no longer held (reported, or given up)."""
+        with self._held_lock:
+            self._held.pop(job.attempt_id, None)
+
+    def _run_one(self, job: Claimed) -> Any:
+        """Call the handler; report its error at once, and return its result
+        to be recorded (``_REPORTED`` when there is nothing to record).  The
+        attempt is marked as run before the handler is called: nothing runs
+        it again, whatever happens to its report."""
         if job.attempt_id in self._ran or job.attempt_id in self._untouchable:
             log.error("%s: attempt %d was run already; not again", self.name, job.attempt_id)
-            return
+            return _REPORTED
         self._ran.add(job.attempt_id)
         try:
             result = self.handler(job)
+        except InProgress:
+            if self._report_in_progress(job):
+                self._count("in_progress")
         except Exception as err:  # the handler's failure, whatever it is
-            retry_in = getattr(err, "retry_in", None)
-            if not isinstance(retry_in, (timedelta, int, float)):
-                retry_in = None
-            if self._report_failure(job, f"{type(err).__name__}: {err}"[:MAX_ERROR], retry_in):
+            if self._report_failure(job, error_text(err), retry_in_of(err)):
                 self._count("failed")
         else:
             why = unrecordable(result)
-            if why is not None:
-                self._report_unrecorded(job, why)
-            else:
-                self._report_result(job, result)
+            if why is None:
+                return result
+            self._report_unrecorded(job, why)
         self._forget(job)
+        return _REPORTED
+
+    def _record(self, done: List[Tuple[Claimed, Any]]) -> None:
+        """Record the results of handlers that ran: one, or a database
+        without finish_many, with finish_attempt each; more with one
+        finish_many, each refused row handled as finish's error would be.
+        No handler is ever run again, whatever the reports meet."""
+        if not done:
+            return
+        try:
+            if len(done) == 1 or not self._has_finish_many():
+                for job, result in done:
+                    self._report_result(job, result)
+                return
+            self._report_many(done)
+        finally:
+            for job, _ in done:
+                self._forget(job)
+                self._drop(job)
+
+    def _has_finish_many(self) -> bool:
+        """Whether the database has finish_many (1.2); asked once."""
+        if self._finish_many is None:
+            try:
+                self._finish_many = bool(self._main.call(
+                    lambda conn, _: conn.execute(
+                        "SELECT to_regprocedure('jobguard.finish_many(bigint[], jsonb[])')"
+                        " IS NOT NULL").fetchone()[0],  # type: ignore[index]
+                    retry=True))
+            except (_GaveUp, psycopg.Error):
+                return False   # this time: finish_attempt each
+        return self._finish_many
+
+    def _report_many(self, done: List[Tuple[Claimed, Any]]) -> None:
+        """finish_many for the batch; repeated after a lost connection (an
+        equal result gets the same outcome).  A call the server refuses as a
+        whole falls back to finish_attempt each."""
+        try:
+            rows = self._main.call(
+                lambda conn, _: api.finish_many(conn, [j.attempt_id for j, _ in done],
+                                                [r for _, r in done]), retry=True)
+        except (_GaveUp, _Lost) as err:
+            for job, _ in done:
+                self._count("report_errors")
+                self._unreported.add(job.attempt_id)
+                log.error("%s: could not report the result of attempt %d of job %d: %s",
+                          self.name, job.attempt_id, job.job_id, err)
+            return
+        except psycopg.Error as err:
+            log.warning("%s: finish_many refused the batch (%s); finishing one by one",
+                        self.name, str(err).strip())
+            for job, result in done:
+                self._report_result(job, result)
+            return
+        for (job, _), row in zip(done, rows):
+            if row.outcome is not None:
+                self._count(row.outcome)
+            elif row.sqlstate in NOT_REPORTABLE:
+                self._count("report_errors")
+                self._unreported.add(job.attempt_id)
+                log.error("%s: could not report the result of attempt %d of job %d: %s",
+                          self.name, job.attempt_id, job.job_id, row.message)
+            else:
+                self._report_unrecorded(job, f"finish_many refused it ({row.sqlstate}: "
+                                             f"{row.message})")
+
+    def _report_in_progress(self, job: Claimed) -> bool:
+        """The provider says the key is still being processed: mark the
+        attempt unknown (never fail it).  True once it is unknown."""
+        def mark(conn: Conn, tries: int) -> str:
+            """One try at mark_unknown."""
+            return api.mark_unknown(conn, job.attempt_id)
+        try:
+            self._main.call(mark, retry=True)
+        except (_GaveUp, psycopg.Error) as err:
+            self._count("report_errors")
+            self._unreported.add(job.attempt_id)
+            log.error("%s: could not mark attempt %d of job %d unknown: %s", self.name,
+                      job.attempt_id, job.job_id, err)
+            return False
+        log.info("%s: attempt %d of job %d is still in progress at the provider; "
+                 "marked unknown", self.name, job.attempt_id, job.job_id)
+        return True
 
     def _forget(self, job: Claimed) -> None:
         """The attempt was reported: drop it from the run attempts, unless
