@@ -28,11 +28,14 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections import Counter
 from typing import Any, Dict, List, Tuple
 
@@ -117,6 +120,77 @@ class Fleet:
         """The last lines of a process's stderr."""
         with open(os.path.join(self.logdir, name + ".err"), errors="replace") as f:
             return " | ".join(f.read().strip().splitlines()[-3:])
+
+
+def exporter_checks(conn: psycopg.Connection[Any], metric: Dict[str, Any]) -> None:
+    """monitoring/queries.yaml through the real prometheus-postgres-exporter
+    on what the run left, plus a job blocked at a provider that does not
+    deduplicate and one past its window (a 1-second dedupes_for is within
+    the 1-minute margin: never redrivable): the liveness, provider, policy
+    and blocked series, with the values of stats() and blocked_jobs."""
+    exporter = "/usr/bin/prometheus-postgres-exporter"
+    if not os.access(exporter, os.X_OK):
+        check("prometheus-postgres-exporter is installed", False, exporter)
+        return
+    conn.execute("SELECT jobguard.set_provider_policy('short', dedupes_for => '1 second')")
+    for provider in ("manual", "short"):
+        job = conn.execute("SELECT job_id FROM jobguard.submit('shop', %s, 'refund', '{}', %s)",
+                           (f"blocked-{provider}", provider)).fetchone()[0]
+        attempt = conn.execute("SELECT jobguard.begin_attempt(%s)", (job,)).fetchone()[0]
+        conn.execute("SELECT jobguard.mark_unknown(%s)", (attempt,))
+    metric = dict(conn.execute("SELECT metric, value FROM jobguard.stats()").fetchall())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    dsn = (f"host={os.environ.get('PGHOST', '')} port={os.environ.get('PGPORT', '5432')} "
+           f"user={os.environ.get('PGUSER', 'postgres')} "
+           f"dbname={os.environ.get('PGDATABASE', 'postgres')} sslmode=disable")
+    proc = subprocess.Popen(
+        [exporter, f"--web.listen-address=127.0.0.1:{port}",
+         f"--extend.query-path={os.path.join(HERE, '..', 'monitoring', 'queries.yaml')}",
+         "--disable-default-metrics", "--disable-settings-metrics"],
+        env=dict(os.environ, DATA_SOURCE_NAME=dsn),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    text = ""
+    try:
+        for _ in range(100):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as res:
+                    text = res.read().decode()
+                if "jobguard_blocked_jobs" in text:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    series: Dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r'^(jobguard_[a-z_]+)(?:\{(.*)\})? (\S+)$', line)
+        if m:
+            labels = dict(re.findall(r'([a-z_]+)="([^"]*)"', m.group(2) or ""))
+            key = m.group(1) + (f"{{{labels['provider']}}}" if "provider" in labels else "")
+            series[key] = float(m.group(3))
+    want = {
+        "jobguard_liveness_redrives_total": metric.get("redrives"),
+        "jobguard_liveness_reconciled_total": metric.get("reconciled"),
+        "jobguard_liveness_blocked_jobs": metric.get("blocked.jobs"),
+        "jobguard_provider_in_flight{psp}": metric.get("provider.psp.in_flight"),
+        "jobguard_provider_policy_dedupes_for_seconds{psp}": 3600,
+        "jobguard_blocked_jobs{manual}": 1,
+        "jobguard_blocked_redrivable{manual}": 0,
+        "jobguard_blocked_past_redrive_window{manual}": 0,
+        "jobguard_blocked_jobs{short}": 1,
+        "jobguard_blocked_past_redrive_window{short}": 1,
+    }
+    wrong = {k: (series.get(k), v) for k, v in want.items()
+             if v is None or series.get(k) != float(v)}
+    check("prometheus-postgres-exporter exports the liveness, provider, policy and blocked series "
+          "of monitoring/queries.yaml with their values", not wrong,
+          f"(got, want): {wrong}; exporter: {err.decode(errors='replace')[-300:]}")
+    print("liveness e2e: exported " + ", ".join(f"{k}={series.get(k)}" for k in want), flush=True)
 
 
 def main() -> int:
@@ -233,6 +307,8 @@ def main() -> int:
     broken = conn.execute("SELECT * FROM jobguard.check_invariants()").fetchall()
     check("jobguard.check_invariants() is empty", not broken, str(broken[:5]))
     metric = dict(conn.execute("SELECT metric, value FROM jobguard.stats()").fetchall())
+
+    exporter_checks(conn, metric)
 
     recon = [s for s in stats if s["role"] == "reconciler"]
     work = [s for s in stats if s["role"] == "worker"]
