@@ -200,6 +200,8 @@ def main() -> int:
     ap.add_argument("--chaos-seconds", type=float, default=20)
     ap.add_argument("--limit-seconds", type=float, default=100)
     ap.add_argument("--seed", type=int, default=int(time.time()))
+    ap.add_argument("--clients", default="python,node",
+                    help="the clients whose Workers and Reconcilers run (comma-separated)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     print(f"liveness e2e: seed {args.seed}", flush=True)
@@ -223,9 +225,10 @@ def main() -> int:
     env = dict(os.environ, PROVIDER_URL=f"http://127.0.0.1:{port}", HTTP_TIMEOUT="1.5",
                ATTEMPT_TIMEOUT="2", RECONCILE_AFTER="2")
     fleet = Fleet(env, logdir)
-    for lang in ("python", "node"):
-        fleet.spawn(lang, "worker")
-        fleet.spawn(lang, "worker")
+    langs = args.clients.split(",")
+    for lang in langs:
+        for _ in range(4 // len(langs)):
+            fleet.spawn(lang, "worker")
         fleet.spawn(lang, "reconciler")
 
     # chaos: single stalls and dropped replies, one stall of everything
