@@ -211,11 +211,11 @@ def main() -> int:
     n = args.jobs
     rows = conn.execute(
         """SELECT count(*) FILTER (WHERE created) FROM jobguard.submit_many(
-             (SELECT array_agg('shop') FROM generate_series(1, %(n)s)),
+             (SELECT array_agg('shop'::text) FROM generate_series(1, %(n)s)),
              (SELECT array_agg('order-' || g) FROM generate_series(1, %(n)s) g),
-             (SELECT array_agg('charge') FROM generate_series(1, %(n)s)),
+             (SELECT array_agg('charge'::text) FROM generate_series(1, %(n)s)),
              (SELECT array_agg(jsonb_build_object('amount', g)) FROM generate_series(1, %(n)s) g),
-             (SELECT array_agg('psp') FROM generate_series(1, %(n)s)),
+             (SELECT array_agg('psp'::text) FROM generate_series(1, %(n)s)),
              (SELECT array_agg(10) FROM generate_series(1, %(n)s)))""", {"n": n}).fetchone()
     check(f"{n} jobs submitted", rows is not None and rows[0] == n, f"created {rows}")
 
