@@ -299,9 +299,9 @@ def main() -> int:
           not new_key_without_failure, f"jobs {new_key_without_failure[:10]}")
 
     redrives, reconciled_failed, by_hand = conn.execute(
-        """SELECT count(*) FILTER (WHERE state = 'cancelled' AND cancel_reason LIKE 'redriven as attempt %%'),
+        """SELECT count(*) FILTER (WHERE cancel_reason LIKE 'redriven as attempt %%'),
                   count(*) FILTER (WHERE state = 'failed'),
-                  count(*) FILTER (WHERE state = 'cancelled' AND cancel_reason NOT LIKE 'redriven as attempt %%')
+                  count(*) FILTER (WHERE cancel_reason NOT LIKE 'redriven as attempt %%')
              FROM jobguard.attempts""").fetchone()
     check("some jobs were redriven", redrives > 0, f"{redrives} redrives")
     blocked = conn.execute("SELECT count(*) FROM jobguard.blocked_jobs").fetchone()[0]
@@ -311,6 +311,8 @@ def main() -> int:
     check("jobguard.check_invariants() is empty", not broken, str(broken[:5]))
     metric = dict(conn.execute("SELECT metric, value FROM jobguard.stats()").fetchall())
 
+    check("stats() counts the redrives the attempts show", metric.get("redrives") == redrives,
+          f"stats() redrives={metric.get('redrives')}, attempts redriven={redrives}")
     exporter_checks(conn, metric)
 
     recon = [s for s in stats if s["role"] == "reconciler"]
@@ -319,14 +321,14 @@ def main() -> int:
     in_progress = sum(s.get("in_progress", s.get("inProgress", 0)) for s in work)
     print(f"liveness e2e: jobs={n} succeeded={states.get('succeeded', 0)} "
           f"effects={len(provider.effects)} redrives={redrives} "
-          f"(stats() redrives={metric.get('redrives')}, reconciled={metric.get('reconciled')}) "
-          f"reconciliations={reconciled} (by the reconcilers still running at the end; "
-          f"{reconciled_failed} attempts failed: keys the provider never saw) "
-          f"kills={sum(fleet.kills.values())} ({dict(fleet.kills)}) "
+          f"reconciliations={metric.get('reconciled')} "
+          f"(of them {reconciled_failed} failed: keys the provider never saw; the reconcilers "
+          f"alive at the end reported {reconciled}) "
+          f"kills={sum(fleet.kills.values())} ({', '.join(f'{k}: {v}' for k, v in sorted(fleet.kills.items()))}) "
           f"provider: posts={provider.counts['posts']} replays={provider.counts['replays']} "
           f"in_progress={provider.counts['in_progress']} stalls={provider.counts['stalls']} "
           f"drops={provider.counts['drops']} lookups={provider.counts['lookups']}; "
-          f"workers' in-progress reports={in_progress}; {elapsed:.0f} s", flush=True)
+          f"workers' InProgress reports={in_progress}; {elapsed:.0f} s", flush=True)
     if failures:
         print(f"liveness e2e: logs kept in {logdir}", flush=True)
     else:
