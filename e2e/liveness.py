@@ -179,6 +179,7 @@ def exporter_checks(conn: psycopg.Connection[Any], metric: Dict[str, Any]) -> No
         "jobguard_liveness_blocked_jobs": metric.get("blocked.jobs"),
         "jobguard_provider_in_flight{psp}": metric.get("provider.psp.in_flight"),
         "jobguard_provider_policy_dedupes_for_seconds{psp}": 3600,
+        "jobguard_provider_policy_max_in_flight{psp}": 100,
         "jobguard_blocked_jobs{manual}": 1,
         "jobguard_blocked_redrivable{manual}": 0,
         "jobguard_blocked_past_redrive_window{manual}": 0,
@@ -207,7 +208,9 @@ def main() -> int:
     print(f"liveness e2e: seed {args.seed}", flush=True)
 
     conn = psycopg.connect(autocommit=True)
-    conn.execute("SELECT jobguard.set_provider_policy('psp', dedupes_for => '1 hour')")
+    # the provider deduplicates for an hour; a limit far above the fleet's
+    # 16 claimed attempts, so that flow control counts its attempts in flight
+    conn.execute("SELECT jobguard.set_provider_policy('psp', dedupes_for => '1 hour', max_in_flight => 100)")
     n = args.jobs
     rows = conn.execute(
         """SELECT count(*) FILTER (WHERE created) FROM jobguard.submit_many(
