@@ -138,7 +138,15 @@ def exporter_checks(conn: psycopg.Connection[Any], metric: Dict[str, Any]) -> No
                            (f"blocked-{provider}", provider)).fetchone()[0]
         attempt = conn.execute("SELECT jobguard.begin_attempt(%s)", (job,)).fetchone()[0]
         conn.execute("SELECT jobguard.mark_unknown(%s)", (attempt,))
-    metric = dict(conn.execute("SELECT metric, value FROM jobguard.stats()").fetchall())
+    # preloaded, the sweeper counts blocked.* each round: wait for its count
+    # of the two (none of the drained jobs is left blocked)
+    for _ in range(50):
+        metric = dict(conn.execute("SELECT metric, value FROM jobguard.stats()").fetchall())
+        if metric.get("blocked.jobs") == 2:
+            break
+        time.sleep(0.1)
+    check("stats() counts the two blocked jobs (blocked.jobs)", metric.get("blocked.jobs") == 2,
+          f"blocked.jobs={metric.get('blocked.jobs')}")
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
