@@ -309,15 +309,22 @@ SELECT j.id AS job_id,
 	   COALESCE(a.unknown_since, a.deadline) AS unknown_since,
 	   COALESCE(w.window_end > now(), false) AS redrivable,
 	   w.window_end AS redrivable_until
-  FROM jobguard.jobs j
-  JOIN jobguard.attempts a ON a.job_id = j.id AND a.state IN ('started', 'unknown')
+  FROM jobguard.attempts a
+  -- from the open attempts to their jobs, never the other way: the jobs
+  -- not yet ended can be many more (a queue's backlog, or the dead
+  -- entries a long transaction keeps), and the sweeper counts this view
+  -- every round (OFFSET 0 keeps the planner from turning the join round)
+  CROSS JOIN LATERAL (
+	   SELECT o.id, o.scope, o.operation FROM jobguard.jobs o
+		WHERE o.id = a.job_id AND o.completed_by IS NULL AND o.cancelled_at IS NULL
+	   OFFSET 0) j
   LEFT JOIN jobguard.provider_policy p ON p.provider = a.provider
   LEFT JOIN LATERAL (
 	   SELECT min(f.started_at) + p.dedupes_for
 			  - greatest(p.dedupes_for * 0.01::float8, interval '1 minute') AS window_end
 		 FROM jobguard.attempts f
 		WHERE f.job_id = a.job_id AND f.provider_key = a.provider_key) w ON true
- WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL
+ WHERE a.state IN ('started', 'unknown')
    AND jobguard.attempt_state(a.state, a.deadline) = 'unknown'
    AND jobguard.scope_visible(j.scope);
 

@@ -280,3 +280,26 @@ SELECT jobguard.set_provider_policy('slow', max_per_second => 1000);
 SELECT jobguard.begin_attempt(:s2) > 0 AS began;
 SELECT jobguard.set_provider_policy('slow');
 SELECT jobguard.set_provider_policy('spare');
+
+---------------------------------------------------------------------------
+-- limits and redrive: a redrive is a start (it draws on max_per_second)
+-- and takes the stalled attempt's slot of max_in_flight
+---------------------------------------------------------------------------
+SELECT jobguard.set_provider_policy('dedup', dedupes_for => '1 day', max_in_flight => 1,
+									max_per_second => 0.001);
+SELECT job_id AS d1 FROM jobguard.submit('o', 'dd1', 'op', '{}', 'dedup') \gset
+-- unknown at once (a timeout of 0); it used the bucket's one start
+SELECT jobguard.begin_attempt(:d1, timeout => '0 seconds') AS d1a \gset
+SELECT regexp_replace(pg_temp.error_of(format('SELECT jobguard.redrive_attempt(%s)', :d1a)),
+					  'Retry in \d+ ms', 'Retry in <n> ms') AS redrive_beyond_the_rate;
+-- refused and undone: the stalled attempt is still unknown, nothing new began
+SELECT attempt_no, state FROM jobguard.attempt_overview WHERE job_id = :d1 ORDER BY attempt_no;
+-- claim passes the redrive over, never erring
+SELECT count(*) AS claimed FROM jobguard.claim('w', ARRAY['op'], provider => 'dedup', max_jobs => 5);
+-- a faster rate: max_in_flight 1 is full with the stalled attempt, whose
+-- slot the redrive takes
+SELECT jobguard.set_provider_policy('dedup', dedupes_for => '1 day', max_in_flight => 1,
+									max_per_second => 1000);
+SELECT jobguard.redrive_attempt(:d1a) > :d1a AS redriven_in_its_slot;
+SELECT attempt_no, state FROM jobguard.attempt_overview WHERE job_id = :d1 ORDER BY attempt_no;
+SELECT jobguard.set_provider_policy('dedup');

@@ -206,10 +206,12 @@ decide(const char *provider, const ProviderLimits *limits, int64 open, double *t
  * limits_admit_claim: whether claim may start an attempt against provider
  * now (inside the store connection, before the begin).  Never waits and
  * never errors: false when the provider is at a limit (counted as
- * throttled) or another start holds its row.
+ * throttled) or another start holds its row.  freeing: open attempts
+ * against it that this start closes (a redrive cancels the stalled
+ * attempt it repeats: it takes that attempt's slot, not a new one).
  */
 bool
-limits_admit_claim(const char *provider)
+limits_admit_claim(const char *provider, int freeing)
 {
 	ProviderLimits limits;
 	double		tokens;
@@ -219,7 +221,7 @@ limits_admit_claim(const char *provider)
 		return true;
 	if (!store_lock_policy(provider, true, &limits))
 		return false;			/* held by another start, or just removed */
-	verdict = decide(provider, &limits, store_open_attempts(provider), &tokens);
+	verdict = decide(provider, &limits, store_open_attempts(provider) - freeing, &tokens);
 	if (verdict != LIMIT_ADMITTED)
 		store_count_throttled(provider);
 	return verdict == LIMIT_ADMITTED;

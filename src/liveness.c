@@ -22,6 +22,7 @@
 
 #include "args.h"
 #include "errcodes.h"
+#include "limits.h"
 #include "liveness.h"
 #include "metrics.h"
 #include "schema_level.h"
@@ -209,12 +210,22 @@ redrive(int64 attempt_id, const char *scope, Oid userid, bool from_claim,
 							  psprintf("The window of provider \"%s\" for the attempt's key ended at %s.",
 									   row.provider, timestamptz_to_str(row.window_end)));
 
-	/* flow control (max_in_flight, max_per_second) would be asked here */
+	/*
+	 * The provider's limits (doc/workers.md, "Flow control"): a redrive is
+	 * a start (it draws on max_per_second) and takes the stalled attempt's
+	 * slot of max_in_flight.  From claim, a provider at a limit passes the
+	 * redrive over; from redrive_attempt, the start is refused after it
+	 * (JG010), which undoes the cancel too.
+	 */
+	if (from_claim && !limits_admit_claim(row.provider, 1))
+		return 0;
 	job_before = stats_gauges_kept() ? store_stored_job_gauge(row.job_id) : GAUGE_NONE;
 	snprintf(reason, sizeof(reason), "redriven as attempt %d", row.attempt_no + 1);
 	store_cancel_attempt(attempt_id, CStringGetTextDatum(reason));
 	new_id = store_redrive_begin(attempt_id, worker, worker_null, timeout, timeout_null,
 								 started_at);
+	if (!from_claim)
+		limits_admit_begun(new_id);	/* JG010 beyond a provider limit */
 	stats_gauge_move(GAUGE_ATTEMPT(row.stored_state), GAUGE_ATTEMPT(ATTEMPT_CANCELLED), 1);
 	stats_gauge_move(GAUGE_NONE, GAUGE_ATTEMPT(ATTEMPT_STARTED), 1);
 	if (job_before != GAUGE_NONE)

@@ -167,7 +167,7 @@ claim_within_limits(const ClaimRequest *req, const char *job_provider,
 	const char *provider = req->provider_null ? job_provider :
 		TextDatumGetCString(req->provider);
 
-	if (limits_admit_claim(provider))
+	if (limits_admit_claim(provider, 0))
 		return true;
 	if (req->provider_null && *n_at_limit < req->max_jobs)
 		at_limit[(*n_at_limit)++] = CStringGetTextDatum(provider);
