@@ -145,7 +145,7 @@ test('JG008, JG009 and the argument errors 22004, 22023', async () => {
   await rejects(jg.beginAttempt(pool, await newJob(), { timeoutSeconds: 0 }), jg.InvalidParameterValue);
   // one class per SPEC condition, JG001 .. JG009
   assert.deepEqual(Object.keys(jg.BY_SQLSTATE).filter((c) => c.startsWith('JG')),
-    ['JG001', 'JG002', 'JG003', 'JG004', 'JG005', 'JG006', 'JG007', 'JG008', 'JG009']);
+    ['JG001', 'JG002', 'JG003', 'JG004', 'JG005', 'JG006', 'JG007', 'JG008', 'JG009', 'JG010']);
 });
 
 test('translate: other errors pass through unchanged', async () => {

@@ -103,9 +103,9 @@ def test_errors_are_psycopg_errors_and_registered(conn: Conn) -> None:
     assert ei.value.job_id == 987654321
     assert psycopg.errors.lookup("JG001") is IdempotencyKeyReused
     assert psycopg.errors.lookup("ATTEMPT_IN_FLIGHT") is AttemptInFlight
-    # one class per SPEC condition, JG001 .. JG009
+    # one class per SPEC condition, JG001 .. JG010
     assert [c for c in jobguard.BY_SQLSTATE if c.startswith("JG")] == [
-        f"JG00{i}" for i in range(1, 10)]
+        f"JG{i:03d}" for i in range(1, 11)]
     # picklable, as psycopg promises for its errors, fields included
     back = pickle.loads(pickle.dumps(ei.value))
     assert type(back) is JobNotFound and back.job_id == 987654321
