@@ -310,13 +310,16 @@ SELECT j.id AS job_id,
 	   COALESCE(w.window_end > now(), false) AS redrivable,
 	   w.window_end AS redrivable_until
   FROM jobguard.attempts a
-  -- from the open attempts to their jobs, never the other way: the jobs
-  -- not yet ended can be many more (a queue's backlog, or the dead
-  -- entries a long transaction keeps), and the sweeper counts this view
-  -- every round (OFFSET 0 keeps the planner from turning the join round)
+  -- from the open attempts to their jobs by the primary key, never
+  -- through the indexes of the jobs not yet ended: they can hold many more
+  -- entries (a backlog, or the dead entries a long transaction keeps), and
+  -- the sweeper counts this view every round (OFFSET 0 keeps the planner
+  -- from turning the join round, and the job's conditions out of the
+  -- look-up, where they would let it choose those partial indexes)
   CROSS JOIN LATERAL (
-	   SELECT o.id, o.scope, o.operation FROM jobguard.jobs o
-		WHERE o.id = a.job_id AND o.completed_by IS NULL AND o.cancelled_at IS NULL
+	   SELECT o.id, o.scope, o.operation, o.completed_by, o.cancelled_at
+		 FROM jobguard.jobs o
+		WHERE o.id = a.job_id
 	   OFFSET 0) j
   LEFT JOIN jobguard.provider_policy p ON p.provider = a.provider
   LEFT JOIN LATERAL (
@@ -326,6 +329,7 @@ SELECT j.id AS job_id,
 		WHERE f.job_id = a.job_id AND f.provider_key = a.provider_key) w ON true
  WHERE a.state IN ('started', 'unknown')
    AND jobguard.attempt_state(a.state, a.deadline) = 'unknown'
+   AND j.completed_by IS NULL AND j.cancelled_at IS NULL
    AND jobguard.scope_visible(j.scope);
 
 COMMENT ON VIEW jobguard.blocked_jobs IS 'jobs whose open attempt is unknown, with whether and until when they can be redriven';

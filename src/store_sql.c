@@ -937,7 +937,13 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_REDRIVE_CANDIDATES] = {
 		"redrive candidates",
 		"SELECT a.id FROM jobguard.attempts a"
-		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
+		/*
+		 * each attempt's job by the primary key: with its conditions in
+		 * the look-up, the planner may take the index of the jobs not
+		 * yet ended instead, and read it whole for every attempt
+		 */
+		" CROSS JOIN LATERAL (SELECT o.id, o.scope, o.operation, o.completed_by, o.cancelled_at"
+		"  FROM jobguard.jobs o WHERE o.id OPERATOR(pg_catalog.=) a.job_id OFFSET 0) j"
 		" JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider"
 		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY("
 		/* stored unknown, of the providers that deduplicate (attempts_unknown) */
@@ -1286,7 +1292,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" SELECT lv.priority, f.t FROM levels lv CROSS JOIN LATERAL ("
 		"SELECT COALESCE(j.not_before, j.created_at) AS t FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
-		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
+		"  SELECT l.attempt_no, l.state, " TRIES_1_2("l") " AS tries FROM jobguard.attempts l"
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
 		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
 		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
@@ -1294,7 +1300,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" AND (last.state IS NULL"
 		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
 		" AND (j.max_attempts IS NULL"
-		"   OR COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
 		" ORDER BY COALESCE(j.not_before, j.created_at) LIMIT 1) f",
 		0, {0},
 		SPI_OK_SELECT, false, false, true
