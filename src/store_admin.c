@@ -193,8 +193,9 @@ store_set_provider_policy(Datum provider, Datum dedupes_for, bool dedupes_null,
 }
 
 /*
- * store_provider_key: an attempt's provider key and its job's scope; false
- * when there is no such attempt.
+ * store_provider_key: an attempt's provider key and its job's scope (in
+ * the caller's context: they outlive store_finish()); false when there is
+ * no such attempt.
  */
 bool
 store_provider_key(int64 attempt_id, char **provider_key, char **scope)
@@ -203,8 +204,8 @@ store_provider_key(int64 attempt_id, char **provider_key, char **scope)
 
 	if (sql_run(STMT_PROVIDER_KEY, values, NULL) == 0)
 		return false;
-	*provider_key = sql_column_text(1);
-	*scope = sql_column_text(2);
+	*provider_key = store_keep_string(sql_column_text(1));
+	*scope = store_keep_string(sql_column_text(2));
 	return true;
 }
 
