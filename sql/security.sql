@@ -18,11 +18,12 @@ CREATE ROLE regress_jg_app;
 CREATE ROLE regress_jg_reader;
 CREATE ROLE regress_jg_evil;
 
--- nothing of jobguard is granted to PUBLIC
+-- nothing of jobguard is granted to PUBLIC but require_administrator(),
+-- the administrators' rule, which reads and writes nothing
 SELECT c.relname, c.relacl IS NULL OR NOT EXISTS (
 		SELECT 1 FROM aclexplode(c.relacl) a WHERE a.grantee = 0) AS closed_to_public
   FROM pg_class c WHERE c.relnamespace = 'jobguard'::regnamespace ORDER BY 1;
-SELECT count(*) AS functions_executable_by_public
+SELECT p.oid::regprocedure AS executable_by_public
   FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
  WHERE p.pronamespace = 'jobguard'::regnamespace AND a.grantee = 0;
 
@@ -174,13 +175,18 @@ GRANT USAGE ON SCHEMA jobguard TO regress_jg_delegate;
 GRANT EXECUTE ON FUNCTION jobguard.define_operation(text, jsonb, interval, interval),
 	jobguard.certify_provider(text, text, jsonb), jobguard.revoke_provider(text, text),
 	jobguard.purge(interval, integer), jobguard.stats_reset(),
-	jobguard.set_key_policy(text, interval, text[], text), jobguard.grant_operator(regrole)
+	jobguard.set_key_policy(text, interval, text[], text), jobguard.grant_operator(regrole),
+	jobguard.grant_client(regrole, text), jobguard.grant_reader(regrole, text, boolean),
+	jobguard.revoke_client(regrole), jobguard.configure_shard(integer, integer)
 	TO regress_jg_delegate;
 SET ROLE regress_jg_delegate;
-SELECT f AS function, left(public.jg_sqlstate_of('SELECT jobguard.' || f), 5) AS sqlstate
+-- each says the same: permission denied for the function called
+SELECT f AS function, public.jg_sqlstate_of('SELECT jobguard.' || f) AS error
   FROM unnest(ARRAY[$$define_operation('delegated', '{}')$$, $$certify_provider('charge', 'delegated')$$,
 					$$revoke_provider('charge', 'adyen')$$, $$purge('1 day')$$, $$stats_reset()$$,
-					$$set_key_policy('delegated', '1 day')$$, $$grant_operator('regress_jg_delegate')$$]) f;
+					$$set_key_policy('delegated', '1 day')$$, $$grant_operator('regress_jg_delegate')$$,
+					$$grant_client('regress_jg_delegate')$$, $$grant_reader('regress_jg_delegate')$$,
+					$$revoke_client('regress_jg_app')$$, $$configure_shard(0, 1)$$]) f;
 RESET ROLE;
 SELECT count(*) AS delegated_writes FROM jobguard.operations WHERE operation = 'delegated';
 SELECT jobguard.revoke_client('regress_jg_delegate');

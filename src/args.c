@@ -125,27 +125,54 @@ require_payload_size(Datum value, const char *name)
  * building it per row costs more than the call itself.
  */
 /*
- * require_tables_owner: the rule of every administrative function, C or
+ * require_administrator: the rule of every administrative function, C or
  * PL/pgSQL alike: only a role with the privileges of the owner of
  * jobguard's tables (the extension's owner, its members, superusers) may
- * call it.  EXECUTE granted to another role delegates nothing: the
- * PL/pgSQL functions run with the caller's rights and cannot reach the
- * tables, and the C ones, which run as the tables' owner, refuse here
- * (42501) rather than lend it.
+ * call it.  EXECUTE granted to another role delegates nothing: the call is
+ * refused here (42501), naming the function, rather than lent the owner's
+ * rights (the C functions run as the tables' owner) or left to fail on the
+ * first table it touches (the PL/pgSQL ones run with the caller's rights).
  */
-void
-require_tables_owner(FunctionCallInfo fcinfo)
+static void
+require_administrator(const char *function)
 {
 	Oid			caller = GetUserId();
 
 	if (!superuser_arg(caller) && !has_privs_of_role(caller, tables_owner_role()))
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied for function jobguard.%s()",
-						get_func_name(fcinfo->flinfo->fn_oid)),
+				 errmsg("permission denied for function jobguard.%s()", function),
 				 errdetail("Administrative functions of jobguard run only for the owner of its tables, the roles that have its privileges, and superusers; EXECUTE alone does not delegate them."),
 				 errhint("Call it as role \"%s\", or as a member of it.",
 						 GetUserNameFromId(tables_owner_role(), false))));
+}
+
+/* require_tables_owner: require_administrator() for the C function called. */
+void
+require_tables_owner(FunctionCallInfo fcinfo)
+{
+	require_administrator(get_func_name(fcinfo->flinfo->fn_oid));
+}
+
+PG_FUNCTION_INFO_V1(jobguard_require_administrator);
+
+/*
+ * jobguard.require_administrator(function_name text) -> void
+ *
+ * require_administrator() for the PL/pgSQL administrative functions, the
+ * first thing each of them does, so that both kinds refuse a caller in
+ * the same words.  EXECUTE is PUBLIC's: it reads and writes nothing, and
+ * tells a caller only what pg_has_role() would.
+ */
+Datum
+jobguard_require_administrator(PG_FUNCTION_ARGS)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR,
+				(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				 errmsg("argument \"function_name\" must not be null")));
+	require_administrator(text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	PG_RETURN_VOID();
 }
 
 /*
