@@ -35,6 +35,7 @@
 #include "launcher.h"
 #include "store.h"
 #include "store_backend.h"
+#include "store_sql.h"
 #include "subxact.h"
 
 /*
@@ -280,14 +281,16 @@ violates_key_index(const ErrorData *edata)
 typedef enum KeyInsert
 {
 	KEY_INSERT_JOB,
-	KEY_INSERT_JOBS
+	KEY_INSERT_JOBS,
+	KEY_INSERT_NEXT_JOB
 } KeyInsert;
 
 /* Their arguments. */
 typedef struct KeyInsertArgs
 {
-	const SubmitRequest *req;	/* insert_job */
+	const SubmitRequest *req;	/* insert_job, insert_next_job */
 	int64	   *job_id;
+	int64		previous_job_id;	/* insert_next_job */
 	Datum		scope;			/* insert_jobs */
 	const JobBatch *batch;
 	bool	   *inserted;
@@ -313,6 +316,9 @@ key_insert_body(void *arg)
 
 	if (run->what == KEY_INSERT_JOB)
 		run->result = insert_job(run->args);
+	else if (run->what == KEY_INSERT_NEXT_JOB)
+		run->result = sql_insert_next_job(run->args->req, run->args->previous_job_id,
+										  run->args->job_id);
 	else
 		insert_jobs(run->args);
 }
@@ -350,12 +356,32 @@ key_guarded(KeyInsert what, const KeyInsertArgs *a, bool *result)
 bool
 store_insert_job(const SubmitRequest *req, int64 *job_id)
 {
-	KeyInsertArgs a = {req, job_id, (Datum) 0, NULL, NULL, NULL};
+	KeyInsertArgs a = {req, job_id, 0, (Datum) 0, NULL, NULL, NULL};
 	bool		inserted = false;
 
 	if (!key_violation_check())
 		return insert_job(&a);
 	if (!key_guarded(KEY_INSERT_JOB, &a, &inserted))
+		return false;
+	return inserted;
+}
+
+/*
+ * store_insert_next_job: insert the job that follows the replaced job
+ * previous_job_id under the same key (after_failure 'new_job'); false
+ * when a concurrent submit inserted it first, or (see key_guarded) an
+ * index of the key that ON CONFLICT does not arbitrate raised a unique
+ * violation: the caller reads the winner's job.
+ */
+bool
+store_insert_next_job(const SubmitRequest *req, int64 previous_job_id, int64 *job_id)
+{
+	KeyInsertArgs a = {req, job_id, previous_job_id, (Datum) 0, NULL, NULL, NULL};
+	bool		inserted = false;
+
+	if (!key_violation_check())
+		return sql_insert_next_job(req, previous_job_id, job_id);
+	if (!key_guarded(KEY_INSERT_NEXT_JOB, &a, &inserted))
 		return false;
 	return inserted;
 }
@@ -384,7 +410,7 @@ insert_job(const KeyInsertArgs *a)
 void
 store_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 {
-	KeyInsertArgs a = {NULL, NULL, scope, batch, inserted, job_ids};
+	KeyInsertArgs a = {NULL, NULL, 0, scope, batch, inserted, job_ids};
 	bool		unused;
 
 	if (!key_violation_check())

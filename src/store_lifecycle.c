@@ -208,12 +208,13 @@ store_replace_ended_job(int64 job_id)
 }
 
 /*
- * store_insert_next_job: insert the job that follows a replaced one under
+ * sql_insert_next_job: insert the job that follows a replaced one under
  * the same key; false when a concurrent submit inserted it first.  A rare
- * write: the SQL path serves it on both back ends.
+ * write: the SQL path serves it on both back ends (store_insert_next_job
+ * guards it against the unique violations of a key index being built).
  */
 bool
-store_insert_next_job(const SubmitRequest *req, int64 previous_job_id, int64 *job_id)
+sql_insert_next_job(const SubmitRequest *req, int64 previous_job_id, int64 *job_id)
 {
 	Datum		values[SUBMIT_COLUMN_COUNT + 3];
 	char		nulls[SUBMIT_COLUMN_COUNT + 3];

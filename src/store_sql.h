@@ -118,5 +118,7 @@ extern int64 sql_column_int64(int col, bool *isnull);
 extern char *sql_column_text(int col);
 extern bool sql_column_bool(int col);
 extern void sql_read_attempt_row(AttemptRow *attempt);
+extern bool sql_insert_next_job(const SubmitRequest *req, int64 previous_job_id,
+								int64 *job_id);
 
 #endif							/* JOBGUARD_STORE_SQL_H */

@@ -209,8 +209,14 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 						claim_work_ready_at(*job_id, submit_run_time(&req), req.priority);
 						return SUBMIT_CREATED;
 					}
-					elog(ERROR, "jobguard: job after replaced job %lld conflicted in its own transaction",
-						 (long long) match->job_id);
+					/*
+					 * Another submit's job holds the key (a unique
+					 * violation of a key index being built): start over
+					 * to meet it.
+					 */
+					if (tries >= SUBMIT_MAX_TRIES)
+						report_retries_exhausted("submit a new job after job", match->job_id);
+					continue;
 				}
 
 				/*
