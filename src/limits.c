@@ -6,36 +6,51 @@
  *	  started or unknown, against the provider) and max_per_second (a token
  *	  bucket holding one second's worth, at least one token).
  *
- * One rule, in one place: a start against a provider with a limit locks
- * the provider's policy row, then counts and draws a token under that
- * lock, and writes the bucket back into the row.  So the starts against one
- * provider are decided one at a time, each seeing those before it:
+ * One rule, in one place: the starts against one provider with a limit
+ * are decided one at a time, each under the provider's start lock (a
+ * lock of the lock manager, taken per provider and released as soon as
+ * the start's attempt is inserted, not held to commit):
  *
- *   - max_in_flight: the count runs after the lock, with the latest
- *     snapshot (at any isolation level), so it sees every start committed
- *     by the lock's previous holders, and none is still to commit.
- *   - max_per_second: every start writes the bucket into the row; under
- *     REPEATABLE READ or SERIALIZABLE a start whose snapshot misses an
- *     earlier one cannot lock the row (could not serialize, 40001): it
- *     fails rather than overruns.
+ *   - max_in_flight: under the lock the open attempts are counted with a
+ *     dirty snapshot (open_attempts_now), which also sees attempts that
+ *     transactions still in progress have inserted: every start decided
+ *     before this one, committed or not, takes its slot (a start that
+ *     rolls back frees it).  An attempt that a transaction in progress is
+ *     ending still counts until that commits.  So the count never misses
+ *     a start, under any isolation level, and a start never waits for
+ *     another's commit.
+ *   - max_per_second: the bucket lives in the provider's policy row, which
+ *     a start against a rate locks until its commit (before the start
+ *     lock) and writes back; under REPEATABLE READ or SERIALIZABLE a start
+ *     whose snapshot misses an earlier one cannot lock the row (could not
+ *     serialize, 40001): it fails rather than overruns.
  *
- * begin_attempt (limits_admit_begun) waits for the lock, and is refused
- * with JG010 beyond a limit; claim (limits_admit_claim) never waits (SKIP
- * LOCKED) and never errors: a provider at its limit, or whose row another
- * start holds, is passed over.  Providers without a limit cost one look-up
- * in a per-backend cache of the providers that have one (no SQL): the
- * trigger provider_policy_changed sends a relcache invalidation whenever a
- * limit changes, and the cache is read again.
+ * begin_attempt (limits_admit_begun) inserts its attempt first, then
+ * waits for the lock (nothing waits while holding it), and is refused with
+ * JG010 beyond a limit; claim (limits_admit_claim) never waits and never
+ * errors: it takes the lock only if it is free, and keeps it across the
+ * insert of its attempt (limits_start_done), so that the next start counts
+ * it; a provider at its limit, or whose lock or row another start holds,
+ * is passed over.  Providers without a limit cost one look-up in a
+ * per-backend cache of the providers that have one and their limits (no
+ * SQL): the trigger provider_policy_changed sends a relcache invalidation
+ * whenever a limit changes, and the cache is read again.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/namespace.h"
-#include "utils/builtins.h"
+#include "common/hashfn.h"
+#include "miscadmin.h"
 #include "storage/bufmgr.h"
+#include "storage/lock.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -44,6 +59,7 @@
 
 #include "errcodes.h"
 #include "limits.h"
+#include "pg_compat.h"
 #include "store.h"
 
 /* The per-backend cache of the providers that have a limit. */
@@ -51,6 +67,7 @@ static Oid	cached_relid = InvalidOid;	/* provider_policy's OID it is of */
 static bool cache_valid = false;
 static int	limited_count = 0;
 static char **limited = NULL;
+static ProviderLimits *limited_limits = NULL;	/* their limits, no tokens */
 static MemoryContext limits_cxt = NULL;
 static bool callback_registered = false;
 
@@ -76,22 +93,6 @@ policy_relid(void)
 }
 
 /*
- * schema_has_flow: whether the database's jobguard objects have 1.2's flow
- * control columns (jobs.priority and jobs.retries come with the same
- * update): else the SQL back end runs 1.1's form of the statements that
- * would name them (the fast path steps aside by itself, its catalog check
- * finding the columns missing).  Syscache look-ups, no SQL.
- */
-bool
-schema_has_flow(void)
-{
-	Oid			schema = get_namespace_oid("jobguard", true);
-	Oid			jobs = OidIsValid(schema) ? get_relname_relid("jobs", schema) : InvalidOid;
-
-	return OidIsValid(jobs) && get_attnum(jobs, "priority") != InvalidAttrNumber;
-}
-
-/*
  * load_limited: read the providers that have a limit into the cache.
  * Under REPEATABLE READ or SERIALIZABLE the transaction's snapshot may be
  * older than an invalidation already received, so what it reads is used
@@ -102,6 +103,7 @@ load_limited(Oid relid)
 {
 	MemoryContext old;
 	char	  **names;
+	ProviderLimits *limits;
 	int			count;
 
 	if (!callback_registered)
@@ -114,16 +116,40 @@ load_limited(Oid relid)
 										   ALLOCSET_SMALL_SIZES);
 	cached_relid = relid;
 	cache_valid = true;			/* an invalidation during the read clears it */
-	names = store_limited_providers(&count);
+	names = store_limited_providers(&count, &limits);
 	MemoryContextReset(limits_cxt);
 	old = MemoryContextSwitchTo(limits_cxt);
 	limited = palloc(sizeof(char *) * Max(count, 1));
+	limited_limits = palloc(sizeof(ProviderLimits) * Max(count, 1));
 	for (int i = 0; i < count; i++)
+	{
 		limited[i] = pstrdup(names[i]);
+		limited_limits[i] = limits[i];
+	}
 	limited_count = count;
 	MemoryContextSwitchTo(old);
 	if (IsolationUsesXactSnapshot())
 		cache_valid = false;
+}
+
+/*
+ * cached_limits: the provider's limits from the cache (inside the store
+ * connection), or NULL when it has none.  Reads the cache again after an
+ * invalidation; in a 1.1 database there are no limits.
+ */
+static const ProviderLimits *
+cached_limits(const char *provider)
+{
+	Oid			relid = policy_relid();
+
+	if (!OidIsValid(relid))
+		return NULL;
+	if (!cache_valid || relid != cached_relid)
+		load_limited(relid);
+	for (int i = 0; i < limited_count; i++)
+		if (strcmp(limited[i], provider) == 0)
+			return &limited_limits[i];
+	return NULL;
 }
 
 /*
@@ -133,16 +159,167 @@ load_limited(Oid relid)
 bool
 limits_apply_to(const char *provider)
 {
+	return cached_limits(provider) != NULL;
+}
+
+/*
+ * any_limits: whether any provider has a limit (inside the store
+ * connection), so that a start need not even look up its provider.
+ */
+static bool
+any_limits(void)
+{
 	Oid			relid = policy_relid();
 
 	if (!OidIsValid(relid))
 		return false;
 	if (!cache_valid || relid != cached_relid)
 		load_limited(relid);
-	for (int i = 0; i < limited_count; i++)
-		if (strcmp(limited[i], provider) == 0)
-			return true;
-	return false;
+	return limited_count > 0;
+}
+
+/* The start lock this backend holds, if any (limits_start_done). */
+static bool start_lock_held = false;
+static LOCKTAG start_lock;
+
+/*
+ * The start lock's tag: an advisory lock tag of the database, with a
+ * fourth field no advisory lock function uses (they use 1 and 2), so that
+ * no advisory lock of an application can collide with it.  Providers
+ * whose names hash alike share a lock, which only serializes them more.
+ */
+#define START_LOCK_CLASS 0x4A47	/* "JG" */
+
+/*
+ * take_start_lock: take the provider's start lock, waiting for it unless
+ * dont_wait (then false when another start holds it).  Held until
+ * limits_start_done(), or the (sub)transaction's abort releases it.
+ */
+static bool
+take_start_lock(const char *provider, bool dont_wait)
+{
+	uint32		hash = hash_bytes((const unsigned char *) provider, strlen(provider));
+
+	start_lock_held = false;
+	SET_LOCKTAG_ADVISORY(start_lock, MyDatabaseId, 0, hash, START_LOCK_CLASS);
+	if (LockAcquire(&start_lock, ExclusiveLock, false, dont_wait) == LOCKACQUIRE_NOT_AVAIL)
+		return false;
+	start_lock_held = true;
+	return true;
+}
+
+/*
+ * limits_start_done: the start limits_admit_claim() admitted has inserted
+ * its attempt (or given up): release the provider's start lock, so that
+ * the next start decides, counting it.  Nothing when no lock is held.
+ */
+void
+limits_start_done(void)
+{
+	if (!start_lock_held)
+		return;
+	start_lock_held = false;
+	LockRelease(&start_lock, ExclusiveLock, false);
+}
+
+/* int64_order: qsort's order of attempt ids. */
+static int
+int64_order(const void *a, const void *b)
+{
+	int64		x = *(const int64 *) a;
+	int64		y = *(const int64 *) b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* text_is: whether a text datum is the C string s. */
+static bool
+text_is(Datum d, const char *s)
+{
+	text	   *t = DatumGetTextPP(d);
+	size_t		len = strlen(s);
+
+	return VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), s, len) == 0;
+}
+
+/*
+ * open_attempts_now: the attempts against provider that are open (started
+ * or unknown) now, through the index attempts_open_by_provider with a
+ * dirty snapshot: committed ones and those inserted by transactions still
+ * in progress (not rolled back).  A row a transaction in progress updates
+ * shows both versions, so attempts are counted by id, once.  Run under the
+ * provider's start lock (see the file's comment).
+ */
+static int64
+open_attempts_now(const char *provider)
+{
+	Oid			schema = get_namespace_oid("jobguard", false);
+	Oid			heap_oid = get_relname_relid("attempts", schema);
+	Oid			index_oid = get_relname_relid("attempts_open_by_provider", schema);
+	AttrNumber	id_att = get_attnum(heap_oid, "id");
+	AttrNumber	state_att = get_attnum(heap_oid, "state");
+	Relation	heap;
+	Relation	index;
+	SnapshotData dirty;
+	ScanKeyData key;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	int			capacity = 64;
+	int			n = 0;
+	int64	   *ids = palloc(sizeof(int64) * capacity);
+	int64		count = 0;
+
+	if (!OidIsValid(index_oid) || id_att == InvalidAttrNumber || state_att == InvalidAttrNumber)
+		elog(ERROR, "jobguard: the index attempts_open_by_provider is missing");
+	heap = table_open(heap_oid, AccessShareLock);
+	index = index_open(index_oid, AccessShareLock);
+	InitDirtySnapshot(dirty);
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   index->rd_indcollation[0], F_TEXTEQ,
+						   CStringGetTextDatum(provider));
+	scan = jg_index_beginscan(heap, index, &dirty, 1, 0);
+	index_rescan(scan, &key, 1, NULL, 0);
+	slot = table_slot_create(heap, NULL);
+	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	{
+		bool		isnull;
+		Datum		state = slot_getattr(slot, state_att, &isnull);
+
+		if (isnull || !(text_is(state, "started") || text_is(state, "unknown")))
+			continue;
+		if (n == capacity)
+		{
+			capacity *= 2;
+			ids = repalloc(ids, sizeof(int64) * capacity);
+		}
+		ids[n++] = DatumGetInt64(slot_getattr(slot, id_att, &isnull));
+	}
+	ExecDropSingleTupleTableSlot(slot);
+	index_endscan(scan);
+	index_close(index, AccessShareLock);
+	table_close(heap, AccessShareLock);
+	qsort(ids, n, sizeof(int64), int64_order);
+	for (int i = 0; i < n; i++)
+		if (i == 0 || ids[i] != ids[i - 1])
+			count++;
+	pfree(ids);
+	return count;
+}
+
+/*
+ * start_limits: the limits a start against the provider is decided by,
+ * into *limits: its row locked (skip_locked: unless another start holds
+ * it) when it has a rate, for the bucket; else the cached limits and no
+ * lock.  False when it has no limit any more, or its row is held.
+ */
+static bool
+start_limits(const char *provider, const ProviderLimits *cached, bool skip_locked,
+			 ProviderLimits *limits)
+{
+	if (cached->max_per_second > 0)
+		return store_lock_policy(provider, skip_locked, limits);
+	*limits = *cached;
+	return true;
 }
 
 /* The bucket's capacity: one second's worth, at least one start. */
@@ -178,8 +355,8 @@ typedef enum LimitVerdict
 } LimitVerdict;
 
 /*
- * decide: with the provider's row locked, whether one more start may
- * begin: open is the open attempts not counting it; on admission the
+ * decide: under the provider's start lock (and with its row locked when
+ * it has a rate), whether one more start may begin: open is the open attempts not counting it; on admission the
  * token is drawn and the bucket written back.  *tokens gets the tokens
  * before the draw (for the HINT).
  */
@@ -193,12 +370,11 @@ decide(const char *provider, const ProviderLimits *limits, int64 open, double *t
 		return LIMIT_RATE;
 	/*
 	 * The bucket is written back at every start it limits.  A max_in_flight
-	 * alone needs only the lock: the count after it sees every earlier
-	 * start (see the file's comment).
+	 * alone needs only the start lock: the count under it sees every
+	 * earlier start (see the file's comment).
 	 */
 	if (limits->max_per_second > 0)
-		store_record_start(provider, limits->max_per_second > 0 ? *tokens - 1.0 : 0.0,
-						   limits->now);
+		store_record_start(provider, *tokens - 1.0, limits->now);
 	return LIMIT_ADMITTED;
 }
 
@@ -206,48 +382,66 @@ decide(const char *provider, const ProviderLimits *limits, int64 open, double *t
  * limits_admit_claim: whether claim may start an attempt against provider
  * now (inside the store connection, before the begin).  Never waits and
  * never errors: false when the provider is at a limit (counted as
- * throttled) or another start holds its row.  freeing: open attempts
- * against it that this start closes (a redrive cancels the stalled
- * attempt it repeats: it takes that attempt's slot, not a new one).
+ * throttled) or another start holds its start lock or its row.  When it
+ * admits a provider with a limit, the start lock stays held: the caller
+ * inserts the attempt, then calls limits_start_done().  freeing: open
+ * attempts against it that this start closes (a redrive cancels the
+ * stalled attempt it repeats: it takes that attempt's slot, not a new one).
  */
 bool
 limits_admit_claim(const char *provider, int freeing)
 {
+	const ProviderLimits *cached;
 	ProviderLimits limits;
 	double		tokens;
-	LimitVerdict verdict;
 
-	if (!limits_apply_to(provider))
+	start_lock_held = false;
+	if (!any_limits() || (cached = cached_limits(provider)) == NULL)
 		return true;
-	if (!store_lock_policy(provider, true, &limits))
+	if (!start_limits(provider, cached, true, &limits))
 		return false;			/* held by another start, or just removed */
-	verdict = decide(provider, &limits, store_open_attempts(provider) - freeing, &tokens);
-	if (verdict != LIMIT_ADMITTED)
+	if (!take_start_lock(provider, true))
+		return false;
+	if (decide(provider, &limits, open_attempts_now(provider) - freeing, &tokens) ==
+		LIMIT_ADMITTED)
+		return true;
+	limits_start_done();
+	/* throttled is counted in the row, locked here if a rate has not locked it */
+	if (cached->max_per_second > 0 || store_lock_policy(provider, true, &limits))
 		store_count_throttled(provider);
-	return verdict == LIMIT_ADMITTED;
+	return false;
 }
 
 /*
  * limits_admit_begun: begin_attempt has just inserted attempt_id (inside
- * the store connection); wait for its provider's row, and refuse the start
- * with JG010 beyond a limit (the error undoes the insert).  DETAIL: the
- * limit and the open count; for the rate, a HINT of when to retry.
+ * the store connection); wait for its provider's start lock (and its row,
+ * with a rate), and refuse the start with JG010 beyond a limit (the error
+ * undoes the insert).  DETAIL: the limit and the open count; for the rate,
+ * a HINT of when to retry.
  */
 void
 limits_admit_begun(int64 attempt_id)
 {
-	char	   *provider = store_attempt_provider(attempt_id);
+	const ProviderLimits *cached;
+	char	   *provider;
 	ProviderLimits limits;
 	double		tokens;
 	int64		open;
+	LimitVerdict verdict;
 
-	if (!limits_apply_to(provider))
+	if (!any_limits())
 		return;
-	if (!store_lock_policy(provider, false, &limits))
+	provider = store_attempt_provider(attempt_id);
+	if ((cached = cached_limits(provider)) == NULL)
+		return;
+	if (!start_limits(provider, cached, false, &limits))
 		return;					/* removed meanwhile: no limit */
+	take_start_lock(provider, false);
 	/* the count includes the attempt just inserted */
-	open = store_open_attempts(provider) - 1;
-	switch (decide(provider, &limits, open, &tokens))
+	open = open_attempts_now(provider) - 1;
+	verdict = decide(provider, &limits, open, &tokens);
+	limits_start_done();
+	switch (verdict)
 	{
 		case LIMIT_ADMITTED:
 			return;

@@ -224,7 +224,9 @@ redrive(int64 attempt_id, const char *scope, Oid userid, bool from_claim,
 	store_cancel_attempt(attempt_id, CStringGetTextDatum(reason));
 	new_id = store_redrive_begin(attempt_id, worker, worker_null, timeout, timeout_null,
 								 started_at);
-	if (!from_claim)
+	if (from_claim)
+		limits_start_done();	/* the next start counts this one */
+	else
 		limits_admit_begun(new_id);	/* JG010 beyond a provider limit */
 	stats_gauge_move(GAUGE_ATTEMPT(row.stored_state), GAUGE_ATTEMPT(ATTEMPT_CANCELLED), 1);
 	stats_gauge_move(GAUGE_NONE, GAUGE_ATTEMPT(ATTEMPT_STARTED), 1);

@@ -10,7 +10,9 @@
  * steps aside (its catalog check refuses tables whose columns differ from
  * store_columns.h).  The test is one column that the update adds,
  * jobguard.attempts.provider_key, looked up in the syscache: no SPI, cheap
- * enough for every call.
+ * enough for every call.  The update adds every 1.2 column in one
+ * transaction (jobs.priority and jobs.retries too), so this one column
+ * stands for all of them.
  *
  *-------------------------------------------------------------------------
  */

@@ -72,9 +72,8 @@ extern int	store_claim_candidates(const char *scope, Datum operations, bool oper
 extern int64 store_claim_floor(TimestampTz *time_floor, struct ClaimLevels *levels);
 extern void store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
 							 bool priority_null);
-extern char **store_limited_providers(int *count);
+extern char **store_limited_providers(int *count, ProviderLimits **limits);
 extern bool store_lock_policy(const char *provider, bool skip_locked, ProviderLimits *limits);
-extern int64 store_open_attempts(const char *provider);
 extern void store_record_start(const char *provider, double tokens, TimestampTz at);
 extern void store_count_throttled(const char *provider);
 extern char *store_attempt_provider(int64 attempt_id);

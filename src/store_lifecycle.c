@@ -169,7 +169,7 @@ sql_match_job(const SubmitRequest *req, SubmitMatch *match)
 	bool		isnull;
 
 	submit_nulls(req, nulls);
-	if (sql_run(schema_has_flow() ? STMT_MATCH_JOB : STMT_MATCH_JOB_1_1,
+	if (sql_run(schema_is_1_2() ? STMT_MATCH_JOB : STMT_MATCH_JOB_1_1,
 				(Datum *) req->values, nulls) == 0)
 		return false;
 	match->job_id = sql_column_int64(1, &isnull);
@@ -532,7 +532,7 @@ store_claim_candidates(const char *scope, Datum operations, bool operations_null
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
-	n = sql_run(schema_has_flow() ? STMT_CLAIM_CANDIDATES : STMT_CLAIM_CANDIDATES_1_1,
+	n = sql_run(schema_is_1_2() ? STMT_CLAIM_CANDIDATES : STMT_CLAIM_CANDIDATES_1_1,
 				values, nulls);
 	for (uint64 i = 0; i < n; i++)
 	{
@@ -565,7 +565,7 @@ store_claim_floor(TimestampTz *time_floor, ClaimLevels *levels)
 	floor = sql_column_int64(1, &isnull);
 	*time_floor = DT_NOBEGIN;	/* a 1.1 database: no time floor */
 	levels->n = -1;
-	if (schema_has_flow())
+	if (schema_is_1_2())
 	{
 		uint64		n = sql_run(STMT_CLAIM_TIME_FLOOR, NULL, NULL);
 
@@ -805,21 +805,30 @@ store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null, Datum
 }
 
 /*
- * store_limited_providers: the providers that have a limit, in memory the
- * caller's context owns (outlives the store connection); *count of them.
+ * store_limited_providers: the providers that have a limit and their
+ * limits (tokens not read), in memory the caller's context owns (outlives
+ * the store connection); *count of them.
  */
 char	  **
-store_limited_providers(int *count)
+store_limited_providers(int *count, ProviderLimits **limits)
 {
 	uint64		n = sql_run(STMT_LIMITED_PROVIDERS, NULL, NULL);
 	char	  **names = SPI_palloc(sizeof(char *) * Max(n, 1));
 
+	*limits = SPI_palloc(sizeof(ProviderLimits) * Max(n, 1));
 	for (uint64 i = 0; i < n; i++)
 	{
 		char	   *name = SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1);
+		bool		isnull;
+		Datum		d;
 
 		names[i] = SPI_palloc(strlen(name) + 1);
 		strcpy(names[i], name);
+		memset(&(*limits)[i], 0, sizeof(ProviderLimits));
+		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull);
+		(*limits)[i].max_in_flight = isnull ? 0 : DatumGetInt32(d);
+		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull);
+		(*limits)[i].max_per_second = isnull ? 0 : DatumGetFloat8(d);
 	}
 	*count = (int) n;
 	return names;
@@ -851,17 +860,6 @@ store_lock_policy(const char *provider, bool skip_locked, ProviderLimits *limits
 	limits->has_tokens &= !isnull;
 	limits->now = DatumGetTimestampTz(sql_column_value(5, &isnull));
 	return true;
-}
-
-/* store_open_attempts: how many attempts against provider are open. */
-int64
-store_open_attempts(const char *provider)
-{
-	Datum		values[1] = {CStringGetTextDatum(provider)};
-	bool		isnull;
-
-	sql_run(STMT_OPEN_ATTEMPTS, values, NULL);
-	return sql_column_int64(1, &isnull);
 }
 
 /* store_record_start: a start against provider: its bucket now. */

@@ -1133,7 +1133,8 @@ static const StatementDef statements[STMT_COUNT] = {
 	/* The providers that have a limit (limits.c caches them). */
 	[STMT_LIMITED_PROVIDERS] = {
 		"limited providers",
-		"SELECT p.provider FROM jobguard.provider_policy p"
+		"SELECT p.provider, p.max_in_flight, p.max_per_second::pg_catalog.float8"
+		" FROM jobguard.provider_policy p"
 		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL",
 		0, {0},
 		SPI_OK_SELECT, false
@@ -1165,19 +1166,6 @@ static const StatementDef statements[STMT_COUNT] = {
 		" FOR NO KEY UPDATE SKIP LOCKED",
 		1, {TEXTOID},
 		SPI_OK_SELECT, false
-	},
-	/*
-	 * The open attempts (started or unknown) against provider $1, with the
-	 * latest snapshot: run under the provider's policy row lock, it sees
-	 * every start before it, under REPEATABLE READ too.
-	 */
-	[STMT_OPEN_ATTEMPTS] = {
-		"open attempts",
-		"SELECT pg_catalog.count(*) FROM jobguard.attempts a"
-		" WHERE a.provider OPERATOR(pg_catalog.=) $1"
-		" AND a.state IN ('started', 'unknown')",
-		1, {TEXTOID},
-		SPI_OK_SELECT, false, false, false, true
 	},
 	/*
 	 * A start against provider $1 (its row locked): the bucket holds $2

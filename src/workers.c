@@ -253,6 +253,7 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 				continue;
 			}
 			attempt_id = store_begin_attempt(&begin);
+			limits_start_done();	/* the next start counts this one */
 			if (attempt_id != 0)
 			{
 				redrives[claimed] = false;
