@@ -46,6 +46,7 @@
 #include "access/xact.h"
 #include "catalog/namespace.h"
 #include "common/hashfn.h"
+#include "executor/tuptable.h"
 #include "miscadmin.h"
 #include "storage/bufmgr.h"
 #include "storage/lock.h"
@@ -55,6 +56,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
 #include "errcodes.h"
