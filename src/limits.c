@@ -56,6 +56,7 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
+#include "utils/relcache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -244,6 +245,62 @@ text_is(Datum d, const char *s)
 	return VARSIZE_ANY_EXHDR(t) == len && memcmp(VARDATA_ANY(t), s, len) == 0;
 }
 
+/* An index scan of jobguard.attempts (attempts_scan_begin/_end). */
+typedef struct AttemptsScan
+{
+	Relation	heap;
+	Relation	index;
+	IndexScanDesc scan;
+	TupleTableSlot *slot;
+	AttrNumber	id_att;			/* the columns the callers read */
+	AttrNumber	state_att;
+	AttrNumber	provider_att;
+} AttemptsScan;
+
+/*
+ * attempts_scan_begin: scan jobguard.attempts through one of its indexes
+ * (the named one; NULL: the primary key) for rows whose first index
+ * column equals value (compared by eq_proc), as snapshot sees them.
+ */
+static void
+attempts_scan_begin(AttemptsScan *s, const char *index_name, RegProcedure eq_proc,
+					Datum value, Snapshot snapshot)
+{
+	Oid			schema = get_namespace_oid("jobguard", false);
+	Oid			heap_oid = get_relname_relid("attempts", schema);
+	Oid			index_oid;
+	ScanKeyData key;
+
+	if (!OidIsValid(heap_oid))
+		elog(ERROR, "jobguard: the table jobguard.attempts is missing");
+	s->heap = table_open(heap_oid, AccessShareLock);
+	index_oid = index_name ? get_relname_relid(index_name, schema) :
+		RelationGetPrimaryKeyIndex(s->heap);
+	s->id_att = get_attnum(heap_oid, "id");
+	s->state_att = get_attnum(heap_oid, "state");
+	s->provider_att = get_attnum(heap_oid, "provider");
+	if (!OidIsValid(index_oid) || s->id_att == InvalidAttrNumber ||
+		s->state_att == InvalidAttrNumber || s->provider_att == InvalidAttrNumber)
+		elog(ERROR, "jobguard: jobguard.attempts lacks the index %s or a column limits read",
+			 index_name ? index_name : "of its primary key");
+	s->index = index_open(index_oid, AccessShareLock);
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   s->index->rd_indcollation[0], eq_proc, value);
+	s->scan = jg_index_beginscan(s->heap, s->index, snapshot, 1, 0);
+	index_rescan(s->scan, &key, 1, NULL, 0);
+	s->slot = table_slot_create(s->heap, NULL);
+}
+
+/* attempts_scan_end: end an attempts_scan_begin() scan. */
+static void
+attempts_scan_end(AttemptsScan *s)
+{
+	ExecDropSingleTupleTableSlot(s->slot);
+	index_endscan(s->scan);
+	index_close(s->index, AccessShareLock);
+	table_close(s->heap, AccessShareLock);
+}
+
 /*
  * open_attempts_now: the attempts against provider that are open (started
  * or unknown) now, through the index attempts_open_by_provider with a
@@ -255,37 +312,20 @@ text_is(Datum d, const char *s)
 static int64
 open_attempts_now(const char *provider)
 {
-	Oid			schema = get_namespace_oid("jobguard", false);
-	Oid			heap_oid = get_relname_relid("attempts", schema);
-	Oid			index_oid = get_relname_relid("attempts_open_by_provider", schema);
-	AttrNumber	id_att = get_attnum(heap_oid, "id");
-	AttrNumber	state_att = get_attnum(heap_oid, "state");
-	Relation	heap;
-	Relation	index;
+	AttemptsScan s;
 	SnapshotData dirty;
-	ScanKeyData key;
-	IndexScanDesc scan;
-	TupleTableSlot *slot;
 	int			capacity = 64;
 	int			n = 0;
 	int64	   *ids = palloc(sizeof(int64) * capacity);
 	int64		count = 0;
 
-	if (!OidIsValid(index_oid) || id_att == InvalidAttrNumber || state_att == InvalidAttrNumber)
-		elog(ERROR, "jobguard: the index attempts_open_by_provider is missing");
-	heap = table_open(heap_oid, AccessShareLock);
-	index = index_open(index_oid, AccessShareLock);
 	InitDirtySnapshot(dirty);
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   index->rd_indcollation[0], F_TEXTEQ,
-						   CStringGetTextDatum(provider));
-	scan = jg_index_beginscan(heap, index, &dirty, 1, 0);
-	index_rescan(scan, &key, 1, NULL, 0);
-	slot = table_slot_create(heap, NULL);
-	while (index_getnext_slot(scan, ForwardScanDirection, slot))
+	attempts_scan_begin(&s, "attempts_open_by_provider", F_TEXTEQ,
+						CStringGetTextDatum(provider), &dirty);
+	while (index_getnext_slot(s.scan, ForwardScanDirection, s.slot))
 	{
 		bool		isnull;
-		Datum		state = slot_getattr(slot, state_att, &isnull);
+		Datum		state = slot_getattr(s.slot, s.state_att, &isnull);
 
 		if (isnull || !(text_is(state, "started") || text_is(state, "unknown")))
 			continue;
@@ -294,18 +334,36 @@ open_attempts_now(const char *provider)
 			capacity *= 2;
 			ids = repalloc(ids, sizeof(int64) * capacity);
 		}
-		ids[n++] = DatumGetInt64(slot_getattr(slot, id_att, &isnull));
+		ids[n++] = DatumGetInt64(slot_getattr(s.slot, s.id_att, &isnull));
 	}
-	ExecDropSingleTupleTableSlot(slot);
-	index_endscan(scan);
-	index_close(index, AccessShareLock);
-	table_close(heap, AccessShareLock);
+	attempts_scan_end(&s);
 	qsort(ids, n, sizeof(int64), int64_order);
 	for (int i = 0; i < n; i++)
 		if (i == 0 || ids[i] != ids[i - 1])
 			count++;
 	pfree(ids);
 	return count;
+}
+
+/*
+ * begun_attempt_provider: the provider of the attempt this transaction has
+ * just inserted, through the attempts' primary key with a snapshot that
+ * sees the transaction's own rows (no SQL: begin_attempt pays it on every
+ * call while any provider has a limit).
+ */
+static char *
+begun_attempt_provider(int64 attempt_id)
+{
+	AttemptsScan s;
+	bool		isnull;
+	char	   *provider;
+
+	attempts_scan_begin(&s, NULL, F_INT8EQ, Int64GetDatum(attempt_id), SnapshotSelf);
+	if (!index_getnext_slot(s.scan, ForwardScanDirection, s.slot))
+		elog(ERROR, "jobguard: attempt %lld vanished after its insert", (long long) attempt_id);
+	provider = TextDatumGetCString(slot_getattr(s.slot, s.provider_att, &isnull));
+	attempts_scan_end(&s);
+	return provider;
 }
 
 /*
@@ -433,7 +491,7 @@ limits_admit_begun(int64 attempt_id)
 
 	if (!any_limits())
 		return;
-	provider = store_attempt_provider(attempt_id);
+	provider = begun_attempt_provider(attempt_id);
 	if ((cached = cached_limits(provider)) == NULL)
 		return;
 	if (!start_limits(provider, cached, false, &limits))

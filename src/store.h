@@ -76,7 +76,6 @@ extern char **store_limited_providers(int *count, ProviderLimits **limits);
 extern bool store_lock_policy(const char *provider, bool skip_locked, ProviderLimits *limits);
 extern void store_record_start(const char *provider, double tokens, TimestampTz at);
 extern void store_count_throttled(const char *provider);
-extern char *store_attempt_provider(int64 attempt_id);
 extern void store_provider_flow(ReturnSetInfo *rsinfo);
 extern void store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null,
 							Datum retried_by);

@@ -881,17 +881,6 @@ store_count_throttled(const char *provider)
 	sql_run(STMT_COUNT_THROTTLED, values, NULL);
 }
 
-/* store_attempt_provider: the provider of an attempt (it exists). */
-char *
-store_attempt_provider(int64 attempt_id)
-{
-	Datum		values[1] = {Int64GetDatum(attempt_id)};
-
-	if (sql_run(STMT_ATTEMPT_PROVIDER, values, NULL) != 1)
-		elog(ERROR, "jobguard: attempt %lld vanished", (long long) attempt_id);
-	return sql_column_text(1);
-}
-
 /*
  * store_provider_flow: stats()'s rows provider.<name>.in_flight and
  * provider.<name>.throttled for every provider with a policy.

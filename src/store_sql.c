@@ -1188,13 +1188,6 @@ static const StatementDef statements[STMT_COUNT] = {
 		1, {TEXTOID},
 		SPI_OK_UPDATE, false
 	},
-	/* The provider of attempt $1. */
-	[STMT_ATTEMPT_PROVIDER] = {
-		"attempt provider",
-		"SELECT a.provider FROM jobguard.attempts a WHERE a.id OPERATOR(pg_catalog.=) $1",
-		1, {INT8OID},
-		SPI_OK_SELECT, false
-	},
 	/* Per provider with a limit: open attempts, starts throttled (stats()). */
 	[STMT_PROVIDER_FLOW] = {
 		"provider flow",
