@@ -557,162 +557,34 @@ COMMENT ON FUNCTION jobguard.require_administrator(text) IS 'raise 42501 naming 
 
 GRANT EXECUTE ON FUNCTION jobguard.require_administrator(text) TO PUBLIC;
 
-/* configure_shard: 1.1's, the administrators' rule first. */
-CREATE OR REPLACE FUNCTION jobguard.configure_shard(shard_no integer, shard_count integer)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
+/*
+ * The PL/pgSQL administrative functions of 1.1 call it first.  Each is
+ * redefined from its own definition (pg_get_functiondef) with one line
+ * added after the BEGIN of its body, so that the bodies stay written once,
+ * in the scripts that made them.
+ */
+DO LANGUAGE plpgsql $$
 DECLARE
-	current_config jobguard.shard;
-	next_id bigint;
+	f regprocedure;
+	def text;
+	patched text;
 BEGIN
-	PERFORM jobguard.require_administrator('configure_shard');
-	IF shard_no IS NULL OR shard_count IS NULL THEN
-		RAISE EXCEPTION 'argument "%" of jobguard.configure_shard() must not be null',
-			CASE WHEN shard_no IS NULL THEN 'shard_no' ELSE 'shard_count' END
-			USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF shard_count NOT BETWEEN 1 AND 1024 OR (shard_count & (shard_count - 1)) <> 0 THEN
-		RAISE EXCEPTION 'shard_count must be a power of two from 1 to 1024'
-			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', shard_count);
-	END IF;
-	IF shard_no < 0 OR shard_no >= shard_count THEN
-		RAISE EXCEPTION 'shard_no must be from 0 to %', shard_count - 1
-			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', shard_no);
-	END IF;
-
-	-- no job or attempt may be created while the sequences change
-	LOCK TABLE jobguard.jobs, jobguard.attempts IN EXCLUSIVE MODE;
-	SELECT * INTO current_config FROM jobguard.shard;
-	IF EXISTS (SELECT 1 FROM jobguard.jobs)
-	   AND (current_config.shard_no IS DISTINCT FROM shard_no
-			OR current_config.shard_count IS DISTINCT FROM shard_count) THEN
-		RAISE EXCEPTION 'cannot change the shard configuration of a database that holds jobs'
-			USING ERRCODE = 'object_not_in_prerequisite_state',
-				  DETAIL = format('It is configured as %s.',
-								  CASE WHEN current_config.shard_count IS NULL THEN 'an unsharded database'
-									   ELSE format('shard %s of %s', current_config.shard_no,
-												   current_config.shard_count) END),
-				  HINT = 'Configure shards before the first job is submitted.';
-	END IF;
-
-	-- the id sequence (jobs and attempts share it) continues at the first
-	-- id above every id given so far whose remainder is this shard's number
-	SELECT coalesce(max(x.id), 0) + 1 INTO next_id
-	  FROM (SELECT max(j.id) AS id FROM jobguard.jobs j
-			UNION ALL SELECT max(a.id) FROM jobguard.attempts a) x;
-	next_id := next_id + ((shard_no - next_id % shard_count) + shard_count) % shard_count;
-	EXECUTE format('ALTER SEQUENCE jobguard.id_seq INCREMENT BY %s MINVALUE 1 RESTART WITH %s',
-				   shard_count, next_id);
-
-	INSERT INTO jobguard.shard (shard_no, shard_count)
-	VALUES (shard_no, shard_count)
-	ON CONFLICT (singleton) DO UPDATE
-		SET shard_no = EXCLUDED.shard_no, shard_count = EXCLUDED.shard_count,
-			configured_at = pg_catalog.now();
-END
-$$;
-
-/* set_key_policy: 1.1's, the administrators' rule first. */
-CREATE OR REPLACE FUNCTION jobguard.set_key_policy(operation text, retention interval DEFAULT NULL,
-										identity text[] DEFAULT NULL,
-										after_failure text DEFAULT 'keep')
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM jobguard.require_administrator('set_key_policy');
-	IF operation IS NULL OR after_failure IS NULL THEN
-		RAISE EXCEPTION 'argument "%" of jobguard.set_key_policy() must not be null',
-			CASE WHEN operation IS NULL THEN 'operation' ELSE 'after_failure' END
-			USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	IF char_length(operation) NOT BETWEEN 1 AND 63 THEN
-		RAISE EXCEPTION 'argument "operation" must be 1 to 63 characters long'
-			USING ERRCODE = 'invalid_parameter_value',
-				  DETAIL = format('It is %s characters long.', char_length(operation));
-	END IF;
-	IF retention <= '0'::interval THEN
-		RAISE EXCEPTION 'argument "retention" must be greater than zero or null'
-			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', retention);
-	END IF;
-	IF identity IS NOT NULL AND (cardinality(identity) = 0 OR array_position(identity, NULL) IS NOT NULL
-								 OR EXISTS (SELECT 1 FROM unnest(identity) k WHERE k = '')) THEN
-		RAISE EXCEPTION 'argument "identity" must name at least one key, and no empty or null key'
-			USING ERRCODE = 'invalid_parameter_value',
-				  HINT = 'Pass NULL to compare the whole params.';
-	END IF;
-	IF after_failure NOT IN ('keep', 'new_job') THEN
-		RAISE EXCEPTION 'argument "after_failure" must be keep or new_job'
-			USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %L.', after_failure);
-	END IF;
-	IF retention IS NULL AND identity IS NULL AND after_failure = 'keep' THEN
-		DELETE FROM jobguard.policies p WHERE p.operation = set_key_policy.operation;
-		RETURN;
-	END IF;
-	INSERT INTO jobguard.policies AS p (operation, retention, identity, after_failure)
-	VALUES (operation, retention, identity, after_failure)
-	ON CONFLICT ON CONSTRAINT policies_pkey DO UPDATE
-		SET retention = EXCLUDED.retention, identity = EXCLUDED.identity,
-			after_failure = EXCLUDED.after_failure, set_at = now();
-END
-$$;
-
-/* grant_client: 1.1's, the administrators' rule first. */
-CREATE OR REPLACE FUNCTION jobguard.grant_client(role regrole, scope text DEFAULT NULL)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM jobguard.require_administrator('grant_client');
-	PERFORM jobguard.apply_grant(role, 'client',
-								 coalesce(scope, (SELECT r.rolname::text FROM pg_roles r
-												   WHERE r.oid = role)),
-								 true, 'grant_client');
-END
-$$;
-
-/* grant_reader: 1.1's, the administrators' rule first. */
-CREATE OR REPLACE FUNCTION jobguard.grant_reader(role regrole, scope text DEFAULT NULL,
-									  payloads boolean DEFAULT false)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM jobguard.require_administrator('grant_reader');
-	PERFORM jobguard.apply_grant(role, 'reader', scope, payloads, 'grant_reader');
-END
-$$;
-
-/* grant_operator: 1.1's, the administrators' rule first. */
-CREATE OR REPLACE FUNCTION jobguard.grant_operator(role regrole)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM jobguard.require_administrator('grant_operator');
-	PERFORM jobguard.apply_grant(role, 'operator', NULL, true, 'grant_operator');
-END
-$$;
-
-/* revoke_client: 1.1's, the administrators' rule first. */
-CREATE OR REPLACE FUNCTION jobguard.revoke_client(role regrole)
-RETURNS void
-LANGUAGE plpgsql VOLATILE
-SET search_path = pg_catalog, pg_temp
-AS $$
-BEGIN
-	PERFORM jobguard.require_administrator('revoke_client');
-	IF role IS NULL THEN
-		RAISE EXCEPTION 'argument "role" of jobguard.revoke_client() must not be null'
-			USING ERRCODE = 'null_value_not_allowed';
-	END IF;
-	PERFORM jobguard.take_back(role);
+	FOREACH f IN ARRAY ARRAY['jobguard.configure_shard(integer, integer)',
+							 'jobguard.set_key_policy(text, interval, text[], text)',
+							 'jobguard.grant_client(regrole, text)',
+							 'jobguard.grant_reader(regrole, text, boolean)',
+							 'jobguard.grant_operator(regrole)',
+							 'jobguard.revoke_client(regrole)']::regprocedure[]
+	LOOP
+		def := pg_catalog.pg_get_functiondef(f);
+		patched := pg_catalog.regexp_replace(def, E'\nBEGIN\n',
+			pg_catalog.format(E'\nBEGIN\n\tPERFORM jobguard.require_administrator(%L);\n',
+							  (SELECT p.proname FROM pg_catalog.pg_proc p WHERE p.oid = f)));
+		IF patched = def THEN
+			RAISE EXCEPTION 'jobguard update: no BEGIN line in the body of %', f;
+		END IF;
+		EXECUTE patched;
+	END LOOP;
 END
 $$;
 
