@@ -559,9 +559,10 @@ GRANT EXECUTE ON FUNCTION jobguard.require_administrator(text) TO PUBLIC;
 
 /*
  * The PL/pgSQL administrative functions of 1.1 call it first.  Each is
- * redefined from its own definition (pg_get_functiondef) with one line
- * added after the BEGIN of its body, so that the bodies stay written once,
- * in the scripts that made them.
+ * redefined from its own definition (pg_get_functiondef) with the call
+ * added on the line of the BEGIN of its body, so that the bodies stay
+ * written once, in the scripts that made them, and the line numbers their
+ * errors' CONTEXT names stay those of 1.1.
  */
 DO LANGUAGE plpgsql $$
 DECLARE
@@ -578,7 +579,7 @@ BEGIN
 	LOOP
 		def := pg_catalog.pg_get_functiondef(f);
 		patched := pg_catalog.regexp_replace(def, E'\nBEGIN\n',
-			pg_catalog.format(E'\nBEGIN\n\tPERFORM jobguard.require_administrator(%L);\n',
+			pg_catalog.format(E'\nBEGIN PERFORM jobguard.require_administrator(%L);\n',
 							  (SELECT p.proname FROM pg_catalog.pg_proc p WHERE p.oid = f)));
 		IF patched = def THEN
 			RAISE EXCEPTION 'jobguard update: no BEGIN line in the body of %', f;
