@@ -56,7 +56,6 @@
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/rel.h"
-#include "utils/relcache.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 
@@ -275,7 +274,7 @@ attempts_scan_begin(AttemptsScan *s, const char *index_name, RegProcedure eq_pro
 		elog(ERROR, "jobguard: the table jobguard.attempts is missing");
 	s->heap = table_open(heap_oid, AccessShareLock);
 	index_oid = index_name ? get_relname_relid(index_name, schema) :
-		RelationGetPrimaryKeyIndex(s->heap);
+		jg_primary_key_index(s->heap);
 	s->id_att = get_attnum(heap_oid, "id");
 	s->state_att = get_attnum(heap_oid, "state");
 	s->provider_att = get_attnum(heap_oid, "provider");

@@ -13,6 +13,7 @@
  *	  17: CheckValidResultRel() takes the MERGE actions.
  *	  18: CheckValidResultRel() also takes the ON CONFLICT action;
  *		  index_beginscan() takes scan instrumentation;
+ *		  RelationGetPrimaryKeyIndex() takes deferrable_ok;
  *		  ExecCheckIndexConstraints() takes the id of the row being checked;
  *		  pg_attribute_noreturn() is gone for pg_noreturn, which comes
  *		  before the declaration.
@@ -31,6 +32,7 @@
 #include "nodes/execnodes.h"
 #include "catalog/pg_database.h"
 #include "utils/acl.h"
+#include "utils/relcache.h"
 
 /*
  * pg_noreturn: a function that never returns, written before its
@@ -150,6 +152,21 @@ jg_index_beginscan(Relation heap, Relation index, Snapshot snapshot,
 	return index_beginscan(heap, index, snapshot, NULL, nkeys, norderbys);
 #else
 	return index_beginscan(heap, index, snapshot, nkeys, norderbys);
+#endif
+}
+
+/*
+ * jg_primary_key_index: the OID of a table's primary key index (18 asks
+ * whether a deferrable one will do; jobguard's primary keys are not
+ * deferrable, and a look-up by key wants an immediate one).
+ */
+static inline Oid
+jg_primary_key_index(Relation rel)
+{
+#if PG_VERSION_NUM >= 180000
+	return RelationGetPrimaryKeyIndex(rel, false);
+#else
+	return RelationGetPrimaryKeyIndex(rel);
 #endif
 }
 
