@@ -114,10 +114,29 @@ async function until(db, sql) {
   }
 }
 
-// lsn: the WAL insert position, as a byte count
+// lsn: the WAL insert position, as a byte count and as a pg_lsn (text)
 async function lsn(db) {
-  const { rows } = await db.query(`SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::text AS b`);
-  return Number(rows[0].b);
+  const { rows } = await db.query(`SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::text AS b,
+      pg_current_wal_insert_lsn()::text AS l`);
+  return { bytes: Number(rows[0].b), at: rows[0].l };
+}
+
+// the contenders whose drain WAL is broken down by record type
+const WAL_BREAKDOWN = ['floor-job', 'jg-loop', 'jg-many'];
+
+// walByRecord: the WAL between two positions, per resource manager and
+// record type (pg_walinspect): { 'Btree/INSERT_LEAF': { count, bytes, fpi } }
+async function walByRecord(db, from, to) {
+  // pg_walinspect reads only flushed WAL (the WAL writer flushes it soon)
+  for (let i = 0; i < 250; i++) {
+    const { rows: [f] } = await db.query('SELECT pg_current_wal_flush_lsn() >= $1::pg_lsn AS done', [to]);
+    if (f.done) break;
+    await sleep(20);
+  }
+  const { rows } = await db.query(`SELECT "resource_manager/record_type" AS rec, count::bigint::text AS n,
+      combined_size::bigint::text AS bytes, fpi_size::bigint::text AS fpi
+      FROM pg_get_wal_stats($1::pg_lsn, $2::pg_lsn, true) WHERE count > 0`, [from, to]);
+  return Object.fromEntries(rows.map((r) => [r.rec, { count: Number(r.n), bytes: Number(r.bytes), fpi: Number(r.fpi) }]));
 }
 
 // ------------------------------------------------------------ handlers' counts
@@ -516,7 +535,8 @@ async function drainOnce(db, d, round) {
   counts.check(d.name);
   await d.verify(db, d.name);
   const u1 = jg ? await jobsUpdates(db) : null;
-  return { rate: JOBS / (ms / 1000), wal: (w1 - w0) / JOBS,
+  const records = WAL_BREAKDOWN.includes(d.name) ? await walByRecord(db, w0.at, w1.at) : null;
+  return { rate: JOBS / (ms / 1000), wal: (w1.bytes - w0.bytes) / JOBS, records,
     upd: jg ? u1.upd - u0.upd : 0, hot: jg ? u1.hot - u0.hot : 0 };
 }
 
@@ -619,6 +639,8 @@ async function holdRound(db, round) {
   const db = await connect();
   await checkSession(db);
   await setupFloor(db);
+  // WAL by record type (contrib; the benchmark connects as a superuser)
+  await db.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
   const { rows: fm } = await db.query(`SELECT to_regprocedure('jobguard.finish_many(bigint[], jsonb[])') IS NOT NULL AS x`);
   FINISH_MANY = fm[0].x;
   // the peers' schemas, installed once, outside every clock
@@ -634,7 +656,7 @@ async function holdRound(db, round) {
   const failures = [];
   const res = {};              // name -> { rates: [], wal: [], failed, skipped }
   const chosen = DRAINS.filter((d) => !ONLY || ONLY.includes(d.name));
-  for (const d of chosen) res[d.name] = { rates: [], wal: [], upd: 0, hot: 0, failed: null, skipped: d.skip ? d.skip() : null };
+  for (const d of chosen) res[d.name] = { rates: [], wal: [], records: [], upd: 0, hot: 0, failed: null, skipped: d.skip ? d.skip() : null };
   const live = chosen.filter((d) => !res[d.name].skipped);
   for (let r = 0; r < ROUNDS; r++) {
     const names = live.slice(r % live.length).concat(live.slice(0, r % live.length));
@@ -644,6 +666,7 @@ async function holdRound(db, round) {
         const x = await drainOnce(db, d, r);
         res[d.name].rates.push(x.rate);
         res[d.name].wal.push(x.wal);
+        if (x.records) res[d.name].records.push(x.records);
         res[d.name].upd += x.upd;
         res[d.name].hot += x.hot;
         console.error(`  round ${r + 1}  drain  ${d.name.padEnd(12)} ${Math.round(x.rate).toString().padStart(7)} jobs/s  ${Math.round(x.wal).toString().padStart(6)} B WAL/job`);
@@ -714,6 +737,26 @@ async function holdRound(db, round) {
     out.push(`| ${labelOf(d)} | ${fig} | ${d.settings} | ${d.source} |`);
   }
   out.push('');
+  // where each job's WAL goes: per record type, bytes and records per job
+  // (medians over the rounds), the types that carry at least 1 % of a
+  // contender's WAL, the largest first
+  const broken = WAL_BREAKDOWN.filter((n) => ok(n) && res[n].records.length > 0);
+  if (broken.length) {
+    const per = (n, rec, what) => median(res[n].records.map((r) => (r[rec] ? r[rec][what] : 0) / JOBS));
+    const total = (n) => median(res[n].records.map((r) => Object.values(r).reduce((a, x) => a + x.bytes, 0) / JOBS));
+    const recs = [...new Set(broken.flatMap((n) => res[n].records.flatMap((r) => Object.keys(r))))]
+      .filter((rec) => broken.some((n) => per(n, rec, 'bytes') >= 0.01 * total(n)))
+      .sort((a, b) => Math.max(...broken.map((n) => per(n, b, 'bytes'))) - Math.max(...broken.map((n) => per(n, a, 'bytes'))));
+    out.push(`WAL of a drain by record type (pg_walinspect \`pg_get_wal_stats\` over each drain; bytes per job, then records per job; medians of the rounds; record types under 1 % of every contender's WAL left out):`);
+    out.push('');
+    out.push(`| record type | ${broken.map((n) => `${n} B/job | records/job`).join(' | ')} |`);
+    out.push(`|---|${broken.map(() => '---:|---:').join('|')}|`);
+    for (const rec of recs) {
+      out.push(`| ${rec} | ${broken.map((n) => `${per(n, rec, 'bytes').toFixed(1)} | ${per(n, rec, 'count').toFixed(2)}`).join(' | ')} |`);
+    }
+    out.push(`| all | ${broken.map((n) => `${total(n).toFixed(1)} | ${median(res[n].records.map((r) => Object.values(r).reduce((a, x) => a + x.count, 0) / JOBS)).toFixed(2)}`).join(' | ')} |`);
+    out.push('');
+  }
   const bok = (n) => bres[n] && !bres[n].failed && bres[n].rates.length > 0;
   const bratio = (a, b) => (bok(a) && bok(b) ? median(bres[a].rates.map((x, i) => x / bres[b].rates[i])) : null);
   out.push(`| batch submit of 1,000 client-sent rows, rows/s | median (rounds) | settings | source |`);
