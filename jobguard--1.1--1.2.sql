@@ -385,9 +385,10 @@ COMMENT ON COLUMN jobguard.jobs.retries IS 'retry_job''s record: when, by whom, 
 
 /*
  * Limits (max_in_flight, max_per_second of jobguard.provider_policy),
- * enforced on every begin by src/limits.c: the provider's policy row is
- * locked, the open attempts against it counted (by the index below), and
- * the token bucket of max_per_second kept in the row itself (tokens at
+ * enforced on every begin by src/limits.c: the starts against a provider
+ * are decided one at a time, the open attempts against it counted (by the
+ * indexes below), and the token bucket of max_per_second kept in its
+ * policy row, locked by each start against a rate (tokens at
  * tokens_at; NULL: full).  throttled counts the starts claim passed over
  * for a limit.  Backends cache which providers have limits; a change of
  * the limits (not of the bucket) tells them to read them again.
@@ -397,11 +398,21 @@ ALTER TABLE jobguard.provider_policy
 	ADD COLUMN tokens_at timestamptz,
 	ADD COLUMN throttled bigint NOT NULL DEFAULT 0;
 
-CREATE INDEX attempts_open_by_provider
-	ON jobguard.attempts (provider)
-	WHERE state IN ('started', 'unknown');
+/*
+ * The started attempts by provider, then deadline, in place of 1.0's
+ * attempts_started_deadline (by deadline alone): max_in_flight counts a
+ * provider's open attempts through this index and attempts_unknown, and
+ * the sweep walks the providers in it for the overdue ones.  One index
+ * where two (by deadline, and open ones by provider) would cost every
+ * begin and claim a second index entry.
+ */
+DROP INDEX jobguard.attempts_started_deadline;
 
-COMMENT ON INDEX jobguard.attempts_open_by_provider IS 'open attempts (started or unknown) per provider: what max_in_flight counts';
+CREATE INDEX attempts_started
+	ON jobguard.attempts (provider, deadline)
+	WHERE state = 'started';
+
+COMMENT ON INDEX jobguard.attempts_started IS 'started attempts by provider and deadline: what the sweep walks and max_in_flight counts (with attempts_unknown)';
 
 CREATE TRIGGER provider_policy_changed
 	AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF provider, max_in_flight, max_per_second

@@ -301,26 +301,18 @@ attempts_scan_end(AttemptsScan *s)
 }
 
 /*
- * open_attempts_now: the attempts against provider that are open (started
- * or unknown) now, through the index attempts_open_by_provider with a
- * dirty snapshot: committed ones and those inserted by transactions still
- * in progress (not rolled back).  A row a transaction in progress updates
- * shows both versions, so attempts are counted by id, once.  Run under the
- * provider's start lock (see the file's comment).
+ * collect_open_ids: append to *ids (n of *capacity used) the ids of the
+ * rows the index index_name shows for provider, as snapshot sees them,
+ * whose state is started or unknown (a row version the index still points
+ * to may have ended since).
  */
-static int64
-open_attempts_now(const char *provider)
+static void
+collect_open_ids(const char *index_name, const char *provider, Snapshot snapshot,
+				 int64 **ids, int *n, int *capacity)
 {
 	AttemptsScan s;
-	SnapshotData dirty;
-	int			capacity = 64;
-	int			n = 0;
-	int64	   *ids = palloc(sizeof(int64) * capacity);
-	int64		count = 0;
 
-	InitDirtySnapshot(dirty);
-	attempts_scan_begin(&s, "attempts_open_by_provider", F_TEXTEQ,
-						CStringGetTextDatum(provider), &dirty);
+	attempts_scan_begin(&s, index_name, F_TEXTEQ, CStringGetTextDatum(provider), snapshot);
 	while (index_getnext_slot(s.scan, ForwardScanDirection, s.slot))
 	{
 		bool		isnull;
@@ -328,14 +320,38 @@ open_attempts_now(const char *provider)
 
 		if (isnull || !(text_is(state, "started") || text_is(state, "unknown")))
 			continue;
-		if (n == capacity)
+		if (*n == *capacity)
 		{
-			capacity *= 2;
-			ids = repalloc(ids, sizeof(int64) * capacity);
+			*capacity *= 2;
+			*ids = repalloc(*ids, sizeof(int64) * *capacity);
 		}
-		ids[n++] = DatumGetInt64(slot_getattr(s.slot, s.id_att, &isnull));
+		(*ids)[(*n)++] = DatumGetInt64(slot_getattr(s.slot, s.id_att, &isnull));
 	}
 	attempts_scan_end(&s);
+}
+
+/*
+ * open_attempts_now: the attempts against provider that are open (started
+ * or unknown) now, through the indexes attempts_started and
+ * attempts_unknown (both lead with the provider) with a dirty snapshot:
+ * committed ones and those inserted by transactions still in progress (not
+ * rolled back).  A row a transaction in progress updates shows both
+ * versions (one in each index when it is being swept to unknown), so
+ * attempts are counted by id, once.  Run under the provider's start lock
+ * (see the file's comment).
+ */
+static int64
+open_attempts_now(const char *provider)
+{
+	SnapshotData dirty;
+	int			capacity = 64;
+	int			n = 0;
+	int64	   *ids = palloc(sizeof(int64) * capacity);
+	int64		count = 0;
+
+	InitDirtySnapshot(dirty);
+	collect_open_ids("attempts_started", provider, &dirty, &ids, &n, &capacity);
+	collect_open_ids("attempts_unknown", provider, &dirty, &ids, &n, &capacity);
 	qsort(ids, n, sizeof(int64), int64_order);
 	for (int i = 0; i < n; i++)
 		if (i == 0 || ids[i] != ids[i - 1])

@@ -232,22 +232,28 @@ StaticAssertDecl(SUBMIT_COLUMN_COUNT == 7 && SUBMIT_SCOPE == 6 && SUBMIT_OPERATI
 		SPI_OK_SELECT, false \
 }
 
-/* The sweep; SET_SINCE: 1.2 keeps when each became unknown. */
-#define SWEEP_OVERDUE_DEF(SET_SINCE) { \
+/*
+ * The sweep: at most $1 started attempts past their deadline, the most
+ * overdue first, become unknown.  OVERDUE picks them (the ids, locked
+ * SKIP LOCKED); SET_SINCE: 1.2 keeps when each became unknown.
+ */
+#define SWEEP_OVERDUE_DEF(WITH, OVERDUE, SET_SINCE) { \
 		"sweep overdue", \
-		"WITH swept AS (" \
+		"WITH " WITH "swept AS (" \
 		" UPDATE jobguard.attempts AS a SET state = 'unknown'" SET_SINCE \
-		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY(" \
-		"  SELECT o.id FROM jobguard.attempts o" \
-		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'" \
-		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()" \
-		"   ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED))" \
+		" WHERE a.id OPERATOR(pg_catalog.=) ANY (ARRAY(" OVERDUE "))" \
 		" AND a.state OPERATOR(pg_catalog.=) 'started'" \
 		" RETURNING a.job_id)" \
-		/* how many, and how many of their jobs are open (running -> unknown) */ \
+		/*
+		 * how many, and how many of their jobs are open (running ->
+		 * unknown); each job by its primary key (OFFSET 0: a plan made
+		 * while the tables were small would hash the whole jobs table at
+		 * every sweep)
+		 */ \
 		" SELECT pg_catalog.count(*)," \
 		"  pg_catalog.count(*) FILTER (WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL)" \
-		" FROM swept JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) swept.job_id", \
+		" FROM swept CROSS JOIN LATERAL (SELECT o.completed_by, o.cancelled_at" \
+		"  FROM jobguard.jobs o WHERE o.id OPERATOR(pg_catalog.=) swept.job_id OFFSET 0) j", \
 		1, {INT4OID}, \
 		SPI_OK_SELECT, false \
 	 \
@@ -774,7 +780,28 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * Overdue started attempts, oldest deadline first, skipping any that a
 	 * finish or cancel holds locked right now.
 	 */
-	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF(", unknown_since = a.deadline"),
+	/*
+	 * 1.2's index of started attempts leads with the provider
+	 * (attempts_started): the providers that have started attempts are
+	 * walked one index descent each, and in each the overdue range read.
+	 */
+	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF(
+		"RECURSIVE providers(provider) AS ("
+		" SELECT (SELECT s.provider::pg_catalog.text FROM jobguard.attempts s"
+		"  WHERE s.state OPERATOR(pg_catalog.=) 'started' ORDER BY s.provider LIMIT 1)"
+		" UNION ALL"
+		" SELECT (SELECT s.provider::pg_catalog.text FROM jobguard.attempts s"
+		"  WHERE s.state OPERATOR(pg_catalog.=) 'started'"
+		"  AND s.provider OPERATOR(pg_catalog.>) p.provider ORDER BY s.provider LIMIT 1)"
+		" FROM providers p WHERE p.provider IS NOT NULL), ",
+		"SELECT o.id FROM providers p CROSS JOIN LATERAL ("
+		"  SELECT o.id, o.deadline FROM jobguard.attempts o"
+		"  WHERE o.provider OPERATOR(pg_catalog.=) p.provider"
+		"  AND o.state OPERATOR(pg_catalog.=) 'started'"
+		"  AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		"  ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED) o"
+		" ORDER BY o.deadline LIMIT $1",
+		", unknown_since = a.deadline"),
 	/*
 	 * One page of purge: the next $3 jobs after id $2 in id order, and the
 	 * terminal ones among them deleted (their attempts go with them).
@@ -951,10 +978,12 @@ static const StatementDef statements[STMT_COUNT] = {
 		"   JOIN jobguard.attempts u ON u.provider OPERATOR(pg_catalog.=) d.provider"
 		"   AND u.state OPERATOR(pg_catalog.=) 'unknown'"
 		"   WHERE d.dedupes_for IS NOT NULL"
-		/* started past the deadline, not yet swept (attempts_started_deadline) */
-		"  UNION ALL SELECT o.id FROM jobguard.attempts o"
-		"   WHERE o.state OPERATOR(pg_catalog.=) 'started'"
-		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()))"
+		/* started past the deadline, not yet swept, of the same (attempts_started) */
+		"  UNION ALL SELECT o.id FROM jobguard.provider_policy e"
+		"   JOIN jobguard.attempts o ON o.provider OPERATOR(pg_catalog.=) e.provider"
+		"   AND o.state OPERATOR(pg_catalog.=) 'started'"
+		"   AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		"   WHERE e.dedupes_for IS NOT NULL))"
 		" AND jobguard.attempt_state(a.state, a.deadline) OPERATOR(pg_catalog.=) 'unknown'"
 		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
 		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
@@ -1349,7 +1378,12 @@ static const StatementDef statements_1_1[STMT_COUNT] = {
 		1, {INT8OID},
 		SPI_OK_UPDATE, false
 	},
-	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF(""),
+	/* by deadline, through 1.0's attempts_started_deadline */
+	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF("",
+		"SELECT o.id FROM jobguard.attempts o"
+		" WHERE o.state OPERATOR(pg_catalog.=) 'started'"
+		" AND o.deadline OPERATOR(pg_catalog.<=) pg_catalog.now()"
+		" ORDER BY o.deadline LIMIT $1 FOR UPDATE SKIP LOCKED", ""),
 };
 
 /*

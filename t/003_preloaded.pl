@@ -64,6 +64,31 @@ ok($node->poll_query_until('postgres',
 		"SELECT state = 'unknown' FROM jobguard.attempts WHERE id = $attempt"),
 	'the restarted sweeper sweeps');
 
+# Overdue attempts against several providers, two a sweep: the sweep walks
+# every provider that has started attempts (its index leads with the
+# provider) and leaves those not yet due.
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM SET jobguard.sweep_batch_size = 2;
+	SELECT pg_reload_conf();
+	SELECT jobguard.begin_attempt(s.job_id, timeout => '200 milliseconds')
+	  FROM generate_series(1, 7) AS i,
+	       LATERAL jobguard.submit('alice', 'multi-' || i, 'charge', '{}', 'p' || (i % 3)) AS s;
+	SELECT jobguard.begin_attempt(job_id, timeout => '1 hour')
+	  FROM jobguard.submit('alice', 'multi-later', 'charge', '{}', 'p1');
+});
+ok($node->poll_query_until('postgres',
+		q{SELECT count(*) = 7 FROM jobguard.attempts a JOIN jobguard.jobs j ON j.id = a.job_id
+		  WHERE j.idempotency_key LIKE 'multi-_' AND a.state = 'unknown'}),
+	'the overdue attempts of three providers are all swept, two a sweep');
+is($node->safe_psql('postgres',
+		q{SELECT a.state FROM jobguard.attempts a JOIN jobguard.jobs j ON j.id = a.job_id
+		  WHERE j.idempotency_key = 'multi-later'}),
+	'started', 'an attempt not yet due is left started');
+$node->safe_psql('postgres', q{
+	ALTER SYSTEM RESET jobguard.sweep_batch_size;
+	SELECT pg_reload_conf();
+});
+
 # The event counters of this database.
 $node->safe_psql('postgres', 'SELECT jobguard.stats_reset()');
 my ($code, $out, $err);
