@@ -257,9 +257,40 @@ typedef struct AttemptsScan
 } AttemptsScan;
 
 /*
+ * attempts_index_scan: scan s's table through its index index_name (NULL:
+ * the primary key) for rows whose first index column equals value
+ * (compared by eq_proc), as snapshot sees them.
+ */
+static void
+attempts_index_scan(AttemptsScan *s, Oid schema, const char *index_name,
+					RegProcedure eq_proc, Datum value, Snapshot snapshot)
+{
+	Oid			index_oid = index_name ? get_relname_relid(index_name, schema) :
+		jg_primary_key_index(s->heap);
+	ScanKeyData key;
+
+	if (!OidIsValid(index_oid))
+		elog(ERROR, "jobguard: jobguard.attempts lacks the index %s limits read",
+			 index_name ? index_name : "of its primary key");
+	s->index = index_open(index_oid, AccessShareLock);
+	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
+						   s->index->rd_indcollation[0], eq_proc, value);
+	s->scan = jg_index_beginscan(s->heap, s->index, snapshot, 1, 0);
+	index_rescan(s->scan, &key, 1, NULL, 0);
+}
+
+/* attempts_index_scan_end: end an attempts_index_scan() scan. */
+static void
+attempts_index_scan_end(AttemptsScan *s)
+{
+	index_endscan(s->scan);
+	index_close(s->index, AccessShareLock);
+}
+
+/*
  * attempts_scan_begin: scan jobguard.attempts through one of its indexes
- * (the named one; NULL: the primary key) for rows whose first index
- * column equals value (compared by eq_proc), as snapshot sees them.
+ * (attempts_index_scan); attempts_scan_next moves to another index of the
+ * same table, attempts_scan_end ends it.
  */
 static void
 attempts_scan_begin(AttemptsScan *s, const char *index_name, RegProcedure eq_proc,
@@ -267,27 +298,28 @@ attempts_scan_begin(AttemptsScan *s, const char *index_name, RegProcedure eq_pro
 {
 	Oid			schema = get_namespace_oid("jobguard", false);
 	Oid			heap_oid = get_relname_relid("attempts", schema);
-	Oid			index_oid;
-	ScanKeyData key;
 
 	if (!OidIsValid(heap_oid))
 		elog(ERROR, "jobguard: the table jobguard.attempts is missing");
 	s->heap = table_open(heap_oid, AccessShareLock);
-	index_oid = index_name ? get_relname_relid(index_name, schema) :
-		jg_primary_key_index(s->heap);
 	s->id_att = get_attnum(heap_oid, "id");
 	s->state_att = get_attnum(heap_oid, "state");
 	s->provider_att = get_attnum(heap_oid, "provider");
-	if (!OidIsValid(index_oid) || s->id_att == InvalidAttrNumber ||
-		s->state_att == InvalidAttrNumber || s->provider_att == InvalidAttrNumber)
-		elog(ERROR, "jobguard: jobguard.attempts lacks the index %s or a column limits read",
-			 index_name ? index_name : "of its primary key");
-	s->index = index_open(index_oid, AccessShareLock);
-	ScanKeyEntryInitialize(&key, 0, 1, BTEqualStrategyNumber, InvalidOid,
-						   s->index->rd_indcollation[0], eq_proc, value);
-	s->scan = jg_index_beginscan(s->heap, s->index, snapshot, 1, 0);
-	index_rescan(s->scan, &key, 1, NULL, 0);
+	if (s->id_att == InvalidAttrNumber || s->state_att == InvalidAttrNumber ||
+		s->provider_att == InvalidAttrNumber)
+		elog(ERROR, "jobguard: jobguard.attempts lacks a column limits read");
+	attempts_index_scan(s, schema, index_name, eq_proc, value, snapshot);
 	s->slot = table_slot_create(s->heap, NULL);
+}
+
+/* attempts_scan_next: go on with the index index_name, as attempts_scan_begin. */
+static void
+attempts_scan_next(AttemptsScan *s, const char *index_name, RegProcedure eq_proc,
+				   Datum value, Snapshot snapshot)
+{
+	attempts_index_scan_end(s);
+	attempts_index_scan(s, RelationGetNamespace(s->heap), index_name, eq_proc, value,
+						snapshot);
 }
 
 /* attempts_scan_end: end an attempts_scan_begin() scan. */
@@ -295,28 +327,22 @@ static void
 attempts_scan_end(AttemptsScan *s)
 {
 	ExecDropSingleTupleTableSlot(s->slot);
-	index_endscan(s->scan);
-	index_close(s->index, AccessShareLock);
+	attempts_index_scan_end(s);
 	table_close(s->heap, AccessShareLock);
 }
 
 /*
  * collect_open_ids: append to *ids (n of *capacity used) the ids of the
- * rows the index index_name shows for provider, as snapshot sees them,
- * whose state is started or unknown (a row version the index still points
- * to may have ended since).
+ * rows scan s returns whose state is started or unknown (a row version
+ * an index still points to may have ended since).
  */
 static void
-collect_open_ids(const char *index_name, const char *provider, Snapshot snapshot,
-				 int64 **ids, int *n, int *capacity)
+collect_open_ids(AttemptsScan *s, int64 **ids, int *n, int *capacity)
 {
-	AttemptsScan s;
-
-	attempts_scan_begin(&s, index_name, F_TEXTEQ, CStringGetTextDatum(provider), snapshot);
-	while (index_getnext_slot(s.scan, ForwardScanDirection, s.slot))
+	while (index_getnext_slot(s->scan, ForwardScanDirection, s->slot))
 	{
 		bool		isnull;
-		Datum		state = slot_getattr(s.slot, s.state_att, &isnull);
+		Datum		state = slot_getattr(s->slot, s->state_att, &isnull);
 
 		if (isnull || !(text_is(state, "started") || text_is(state, "unknown")))
 			continue;
@@ -325,9 +351,8 @@ collect_open_ids(const char *index_name, const char *provider, Snapshot snapshot
 			*capacity *= 2;
 			*ids = repalloc(*ids, sizeof(int64) * *capacity);
 		}
-		(*ids)[(*n)++] = DatumGetInt64(slot_getattr(s.slot, s.id_att, &isnull));
+		(*ids)[(*n)++] = DatumGetInt64(slot_getattr(s->slot, s->id_att, &isnull));
 	}
-	attempts_scan_end(&s);
 }
 
 /*
@@ -343,6 +368,8 @@ collect_open_ids(const char *index_name, const char *provider, Snapshot snapshot
 static int64
 open_attempts_now(const char *provider)
 {
+	AttemptsScan s;
+	Datum		name = CStringGetTextDatum(provider);
 	SnapshotData dirty;
 	int			capacity = 64;
 	int			n = 0;
@@ -350,8 +377,11 @@ open_attempts_now(const char *provider)
 	int64		count = 0;
 
 	InitDirtySnapshot(dirty);
-	collect_open_ids("attempts_started", provider, &dirty, &ids, &n, &capacity);
-	collect_open_ids("attempts_unknown", provider, &dirty, &ids, &n, &capacity);
+	attempts_scan_begin(&s, "attempts_started", F_TEXTEQ, name, &dirty);
+	collect_open_ids(&s, &ids, &n, &capacity);
+	attempts_scan_next(&s, "attempts_unknown", F_TEXTEQ, name, &dirty);
+	collect_open_ids(&s, &ids, &n, &capacity);
+	attempts_scan_end(&s);
 	qsort(ids, n, sizeof(int64), int64_order);
 	for (int i = 0; i < n; i++)
 		if (i == 0 || ids[i] != ids[i - 1])
