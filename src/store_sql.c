@@ -778,12 +778,10 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 	/*
 	 * Overdue started attempts, oldest deadline first, skipping any that a
-	 * finish or cancel holds locked right now.
-	 */
-	/*
-	 * 1.2's index of started attempts leads with the provider
-	 * (attempts_started): the providers that have started attempts are
-	 * walked one index descent each, and in each the overdue range read.
+	 * finish or cancel holds locked right now.  1.2's index of started
+	 * attempts leads with the provider (attempts_started): the providers
+	 * that have started attempts are walked one index descent each, and in
+	 * each the overdue range read.
 	 */
 	[STMT_SWEEP_OVERDUE] = SWEEP_OVERDUE_DEF(
 		"RECURSIVE providers(provider) AS ("
