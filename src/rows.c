@@ -59,11 +59,15 @@
 #include "utils/jsonb.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/typcache.h"
 
 #include "fastpath.h"
 
 /* The job column each of a submit's values goes to, by SubmitColumn. */
 static const JobColumn submit_job_column[SUBMIT_COLUMN_COUNT] = {SUBMIT_COLUMN_JOB_COLUMNS};
+/* Each one's type and role (store_columns.h), by SubmitColumn. */
+static const Oid submit_column_type[SUBMIT_COLUMN_COUNT] = {SUBMIT_COLUMN_TYPES};
+static const SubmitRole submit_column_role[SUBMIT_COLUMN_COUNT] = {SUBMIT_COLUMN_ROLES};
 
 /*
  * insert_job: store_insert_job() without SQL: INSERT ... ON CONFLICT
@@ -121,13 +125,16 @@ insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_ids)
 			continue;
 		CHECK_FOR_INTERRUPTS();
 		rows_new_row_start(&w);
-		rows_set(&w, a[JOB_OWNER_ID], batch->owner_ids[i], false);
-		rows_set(&w, a[JOB_IDEMPOTENCY_KEY], batch->idempotency_keys[i], false);
-		rows_set(&w, a[JOB_OPERATION], batch->operations[i], false);
-		rows_set(&w, a[JOB_PARAMS], batch->params[i], false);
-		rows_set(&w, a[JOB_PROVIDER], batch->providers[i], false);
-		rows_set(&w, a[JOB_MAX_ATTEMPTS], batch->max_attempts[i], batch->max_attempts_null[i]);
-		rows_set(&w, a[JOB_SCOPE], scope, false);
+		for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
+		{
+			if (submit_column_role[c] == SUBMIT_ROLE_SCOPE)
+				rows_set(&w, a[submit_job_column[c]], scope, false);
+			else if (batch->values[c] == NULL)
+				rows_set(&w, a[submit_job_column[c]], (Datum) 0, true);
+			else
+				rows_set(&w, a[submit_job_column[c]], batch->values[c][i],
+						 batch->nulls[c] != NULL && batch->nulls[c][i]);
+		}
 		if (batch->run_ats != NULL)
 			rows_set(&w, a[JOB_NOT_BEFORE], batch->run_ats[i], batch->run_ats_null[i]);
 		if (batch->priorities != NULL)
@@ -165,8 +172,27 @@ requested_max_attempts(Datum retries, int32 stored)
 }
 
 /*
+ * same_value: whether a stored value equals a request's under the type's
+ * "=" (NULL equal to NULL), as STMT_MATCH_JOB compares them.
+ */
+static bool
+same_value(Oid type, Datum stored, bool stored_null, Datum given, bool given_null)
+{
+	TypeCacheEntry *tc;
+
+	if (stored_null || given_null)
+		return stored_null && given_null;
+	tc = lookup_type_cache(type, TYPECACHE_EQ_OPR_FINFO);
+	if (!OidIsValid(tc->eq_opr_finfo.fn_oid))
+		elog(ERROR, "jobguard: type %u has no equality operator", type);
+	return DatumGetBool(FunctionCall2Coll(&tc->eq_opr_finfo, DEFAULT_COLLATION_OID,
+										  stored, given));
+}
+
+/*
  * match_job: store_match_job() without SQL: the job for the key,
- * compared with the request column by column with the types' equality.
+ * compared with the request in each COMPARED column with the types'
+ * equality.  max_attempts is compared as submitted (requested_max_attempts).
  */
 static bool
 match_job(const SubmitRequest *req, SubmitMatch *match)
@@ -186,31 +212,28 @@ match_job(const SubmitRequest *req, SubmitMatch *match)
 	if (found)
 	{
 		bool		isnull;
-		Datum		stored_max;
 
 		match->job_id = rows_col_int64(slot, a[JOB_ID], &isnull);
-		match->same_operation = DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
-																	 rows_col(slot, a[JOB_OPERATION], &isnull),
-																	 req->values[SUBMIT_OPERATION]));
-		match->same_params = DatumGetBool(DirectFunctionCall2(jsonb_eq,
-															  rows_col(slot, a[JOB_PARAMS], &isnull),
-															  req->values[SUBMIT_PARAMS]));
-		match->same_provider = DatumGetBool(DirectFunctionCall2Coll(texteq, DEFAULT_COLLATION_OID,
-																	rows_col(slot, a[JOB_PROVIDER], &isnull),
-																	req->values[SUBMIT_PROVIDER]));
-		stored_max = rows_col(slot, a[JOB_MAX_ATTEMPTS], &isnull);
-		if (!isnull)
+		for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
 		{
-			bool		no_retries;
-			Datum		retries = rows_col(slot, a[JOB_RETRIES], &no_retries);
+			Datum		stored;
 
-			if (!no_retries)
-				stored_max = Int32GetDatum(requested_max_attempts(retries,
-																  DatumGetInt32(stored_max)));
+			match->same[c] = true;
+			if (!submit_role_compared(submit_column_role[c]))
+				continue;
+			stored = rows_col(slot, a[submit_job_column[c]], &isnull);
+			if (submit_column_role[c] == SUBMIT_ROLE_AS_SUBMITTED && !isnull)
+			{
+				bool		no_retries;
+				Datum		retries = rows_col(slot, a[JOB_RETRIES], &no_retries);
+
+				if (!no_retries)
+					stored = Int32GetDatum(requested_max_attempts(retries,
+																  DatumGetInt32(stored)));
+			}
+			match->same[c] = same_value(submit_column_type[c], stored, isnull,
+										req->values[c], req->nulls[c]);
 		}
-		match->same_max_attempts = isnull ? req->nulls[SUBMIT_MAX_ATTEMPTS] :
-			(!req->nulls[SUBMIT_MAX_ATTEMPTS] &&
-			 DatumGetInt32(stored_max) == DatumGetInt32(req->values[SUBMIT_MAX_ATTEMPTS]));
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(jobs, NoLock);

@@ -13,9 +13,9 @@
  * exactly these columns, or the fast path steps aside.
  *
  * SUBMIT_COLUMNS lists the job columns submit and submit_many write, in
- * the order of the SQL statements' column lists and $n parameters; each
- * entry is X(enum name, job column enum, column name, type OID, $n), and
- * SEP is put between entries (a string for SQL text, STORE_COLUMNS_COMMA
+ * the order of the SQL statements' column lists and $n parameters (its
+ * entries are described where it is defined), and SEP is put between
+ * entries (a string for SQL text, STORE_COLUMNS_COMMA
  * for C lists).  The type OIDs need catalog/pg_type_d.h where a list is
  * expanded with them.
  *
@@ -82,27 +82,53 @@
 	X(CERT_PROVIDER, "provider", TEXTOID) \
 	X(CERT_REVOKED_AT, "revoked_at", TIMESTAMPTZOID)
 
-/* The job columns a submit writes: the request, then the caller's scope. */
+/*
+ * The job columns a submit writes: the request, then the caller's scope
+ * (last: submit_many passes it once, beside the other columns' arrays).
+ * Each entry is X(enum name, job column enum, column name, type OID, array
+ * type OID, $n, role), the role one of
+ *   KEY       it finds the job (with the scope): a replay has it equal;
+ *   COMPARED  a replay must equal the stored job in it (else JG001); the
+ *             back ends compare it with its type's "=", NULL equal to NULL;
+ *   AS_SUBMITTED  max_attempts only: COMPARED, with the value the job was
+ *             submitted with (retry_job raises the stored one and keeps
+ *             the first in jobs.retries);
+ *   SCOPE     the caller's scope.
+ * A new column of the request is one entry here (and submit.c takes it):
+ * the statements, both back ends, the batch and the comparison follow.
+ * SUBMIT_PARAM_AFTER_1..3 are then one higher each.
+ */
 #define SUBMIT_COLUMNS(X, SEP) \
-	X(SUBMIT_OWNER_ID, JOB_OWNER_ID, "owner_id", TEXTOID, 1) SEP \
-	X(SUBMIT_IDEMPOTENCY_KEY, JOB_IDEMPOTENCY_KEY, "idempotency_key", TEXTOID, 2) SEP \
-	X(SUBMIT_OPERATION, JOB_OPERATION, "operation", TEXTOID, 3) SEP \
-	X(SUBMIT_PARAMS, JOB_PARAMS, "params", JSONBOID, 4) SEP \
-	X(SUBMIT_PROVIDER, JOB_PROVIDER, "provider", TEXTOID, 5) SEP \
-	X(SUBMIT_MAX_ATTEMPTS, JOB_MAX_ATTEMPTS, "max_attempts", INT4OID, 6) SEP \
-	X(SUBMIT_SCOPE, JOB_SCOPE, "scope", TEXTOID, 7)
+	X(SUBMIT_OWNER_ID, JOB_OWNER_ID, "owner_id", TEXTOID, TEXTARRAYOID, 1, KEY) SEP \
+	X(SUBMIT_IDEMPOTENCY_KEY, JOB_IDEMPOTENCY_KEY, "idempotency_key", TEXTOID, TEXTARRAYOID, 2, KEY) SEP \
+	X(SUBMIT_OPERATION, JOB_OPERATION, "operation", TEXTOID, TEXTARRAYOID, 3, COMPARED) SEP \
+	X(SUBMIT_PARAMS, JOB_PARAMS, "params", JSONBOID, JSONBARRAYOID, 4, COMPARED) SEP \
+	X(SUBMIT_PROVIDER, JOB_PROVIDER, "provider", TEXTOID, TEXTARRAYOID, 5, COMPARED) SEP \
+	X(SUBMIT_MAX_ATTEMPTS, JOB_MAX_ATTEMPTS, "max_attempts", INT4OID, INT4ARRAYOID, 6, AS_SUBMITTED) SEP \
+	X(SUBMIT_SCOPE, JOB_SCOPE, "scope", TEXTOID, TEXTOID, 7, SCOPE)
+
+/*
+ * The parameters the submit statements take after the columns above
+ * (previous_job_id, submit_many's flags, the schedule), as numbers for
+ * SQL text ("$" CppAsString2(SUBMIT_PARAM_AFTER_1)); store_sql.c asserts
+ * that they follow the list.
+ */
+#define SUBMIT_PARAM_AFTER_1 8
+#define SUBMIT_PARAM_AFTER_2 9
+#define SUBMIT_PARAM_AFTER_3 10
 
 /* A separator for the lists above that expands to a comma. */
 #define STORE_COLUMNS_COMMA ,
 
 /* The pieces generated from the lists. */
 #define STORE_COLUMN_ENUM(e, name, type) e,
-#define SUBMIT_COLUMN_ENUM_(e, col, name, type, n) e
-#define SUBMIT_COLUMN_NAME_(e, col, name, type, n) name
-#define SUBMIT_COLUMN_PARAM_(e, col, name, type, n) "$" #n
-#define SUBMIT_COLUMN_TYPE_(e, col, name, type, n) type
-#define SUBMIT_COLUMN_JOB_(e, col, name, type, n) col
-#define SUBMIT_COLUMN_CHECK_(e, col, name, type, n) \
+#define SUBMIT_COLUMN_ENUM_(e, col, name, type, atype, n, role) e
+#define SUBMIT_COLUMN_NAME_(e, col, name, type, atype, n, role) name
+#define SUBMIT_COLUMN_PARAM_(e, col, name, type, atype, n, role) "$" #n
+#define SUBMIT_COLUMN_TYPE_(e, col, name, type, atype, n, role) type
+#define SUBMIT_COLUMN_JOB_(e, col, name, type, atype, n, role) col
+#define SUBMIT_COLUMN_ROLE_(e, col, name, type, atype, n, role) SUBMIT_ROLE_##role
+#define SUBMIT_COLUMN_CHECK_(e, col, name, type, atype, n, role) \
 	StaticAssertDecl((e) + 1 == (n), "SUBMIT_COLUMNS: " name " is not $" #n);
 
 /* SUBMIT_OWNER_ID, ..., SUBMIT_SCOPE: positions in a SubmitRequest. */
@@ -112,6 +138,15 @@ typedef enum SubmitColumn
 	SUBMIT_COLUMN_COUNT
 } SubmitColumn;
 
+/* What a submit column is to a replay (the roles above). */
+typedef enum SubmitRole
+{
+	SUBMIT_ROLE_KEY,
+	SUBMIT_ROLE_COMPARED,
+	SUBMIT_ROLE_AS_SUBMITTED,
+	SUBMIT_ROLE_SCOPE
+} SubmitRole;
+
 /* "owner_id, idempotency_key, ..., scope" */
 #define SUBMIT_COLUMN_NAMES SUBMIT_COLUMNS(SUBMIT_COLUMN_NAME_, ", ")
 /* "$1, $2, ..., $7" */
@@ -120,6 +155,13 @@ typedef enum SubmitColumn
 #define SUBMIT_COLUMN_TYPES SUBMIT_COLUMNS(SUBMIT_COLUMN_TYPE_, STORE_COLUMNS_COMMA)
 /* JOB_OWNER_ID, ...: the job column of each (fast path only) */
 #define SUBMIT_COLUMN_JOB_COLUMNS SUBMIT_COLUMNS(SUBMIT_COLUMN_JOB_, STORE_COLUMNS_COMMA)
+/* SUBMIT_ROLE_KEY, ...: the role of each */
+#define SUBMIT_COLUMN_ROLES SUBMIT_COLUMNS(SUBMIT_COLUMN_ROLE_, STORE_COLUMNS_COMMA)
+/* submit_role_compared: whether a replay must equal the job in the column */
+#define submit_role_compared(role) \
+	((role) == SUBMIT_ROLE_COMPARED || (role) == SUBMIT_ROLE_AS_SUBMITTED)
+/* "owner_id", ...: the name of each, as C strings */
+#define SUBMIT_COLUMN_NAME_LIST SUBMIT_COLUMNS(SUBMIT_COLUMN_NAME_, STORE_COLUMNS_COMMA)
 /* static assertions that each entry's $n is its position */
 #define SUBMIT_COLUMNS_CHECK() SUBMIT_COLUMNS(SUBMIT_COLUMN_CHECK_, )
 

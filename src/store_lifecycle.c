@@ -39,6 +39,9 @@ scope_datum(const char *scope, char *null_flag)
 	return scope == NULL ? (Datum) 0 : CStringGetTextDatum(scope);
 }
 
+/* The role of each submit column (store_columns.h), by SubmitColumn. */
+static const SubmitRole submit_column_role[SUBMIT_COLUMN_COUNT] = {SUBMIT_COLUMN_ROLES};
+
 /*
  * submit_nulls: the SPI nulls of a submit request's values (in the order
  * of SUBMIT_COLUMNS, as the statements take them).
@@ -115,10 +118,14 @@ sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_i
 		inserted[i] = false;
 		wanted[i] = BoolGetDatum(!batch->skip[i]);
 	}
-	memcpy(values, batch->arrays, sizeof(batch->arrays));
-	if (batch->arrays[SUBMIT_MAX_ATTEMPTS] == (Datum) 0)
-		nulls[SUBMIT_MAX_ATTEMPTS] = 'n';
+	for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
+	{
+		values[c] = batch->arrays[c];
+		if (values[c] == (Datum) 0)
+			nulls[c] = 'n';
+	}
 	values[SUBMIT_SCOPE] = scope;
+	nulls[SUBMIT_SCOPE] = ' ';
 	/* beside the rows, whether each is to be inserted (linear: no = ANY) */
 	values[SUBMIT_COLUMN_COUNT] = PointerGetDatum(construct_array(wanted, batch->count, BOOLOID,
 																  sizeof(bool), true,
@@ -146,8 +153,9 @@ sql_insert_jobs(Datum scope, const JobBatch *batch, bool *inserted, int64 *job_i
 		Datum		key = SPI_getbinval(tuple, desc, 2, &isnull);
 
 		while (row < batch->count &&
-			   (batch->skip[row] || !same_text(batch->owner_ids[row], owner_id) ||
-				!same_text(batch->idempotency_keys[row], key)))
+			   (batch->skip[row] ||
+				!same_text(batch->values[SUBMIT_OWNER_ID][row], owner_id) ||
+				!same_text(batch->values[SUBMIT_IDEMPOTENCY_KEY][row], key)))
 			row++;
 		if (row == batch->count)
 			elog(ERROR, "jobguard: an inserted job matches no request of the batch");
@@ -173,10 +181,10 @@ sql_match_job(const SubmitRequest *req, SubmitMatch *match)
 				(Datum *) req->values, nulls) == 0)
 		return false;
 	match->job_id = sql_column_int64(1, &isnull);
-	match->same_operation = sql_column_bool(2);
-	match->same_params = sql_column_bool(3);
-	match->same_provider = sql_column_bool(4);
-	match->same_max_attempts = sql_column_bool(5);
+	/* then one column per COMPARED column, in their order */
+	for (int c = 0, column = 2; c < SUBMIT_COLUMN_COUNT; c++)
+		match->same[c] = !submit_role_compared(submit_column_role[c]) ||
+			sql_column_bool(column++);
 	return true;
 }
 

@@ -113,20 +113,20 @@ typedef struct KeyPolicy
 	bool		new_job_after_failure;	/* after_failure = 'new_job' */
 } KeyPolicy;
 
-/* How an existing job compares with a replayed submit. */
+/*
+ * How an existing job compares with a replayed submit: same[c] for each
+ * COMPARED column c of SUBMIT_COLUMNS (store_columns.h), by SubmitColumn.
+ */
 typedef struct SubmitMatch
 {
 	int64		job_id;
-	bool		same_operation;
-	bool		same_params;
-	bool		same_provider;
-	bool		same_max_attempts;
+	bool		same[SUBMIT_COLUMN_COUNT];
 } SubmitMatch;
 
 /*
  * One submit as the back ends insert and match it: the job columns of
  * SUBMIT_COLUMNS (store_columns.h) by SubmitColumn, the scope among them.
- * Only max_attempts may be NULL.
+ * The KEY columns and the scope are never NULL.
  */
 typedef struct SubmitRequest
 {
@@ -166,22 +166,18 @@ typedef struct BeginRequest
 } BeginRequest;
 
 /*
- * Many submits at once (submit_many): the requests, column by column, and
+ * Many submits at once (submit_many): the requests, column by column (by
+ * SubmitColumn, as SubmitRequest has them; the scope is passed apart), and
  * which of them to leave out (refused before they reached the table).
  */
 typedef struct JobBatch
 {
 	int			count;
-	const Datum *owner_ids;
-	const Datum *idempotency_keys;
-	const Datum *operations;
-	const Datum *params;
-	const Datum *providers;
-	const Datum *max_attempts;
-	const bool *max_attempts_null;
+	const Datum *values[SUBMIT_COLUMN_COUNT];	/* NULL: the column not given */
+	const bool *nulls[SUBMIT_COLUMN_COUNT]; /* NULL: none is NULL */
 	const bool *skip;
-	Datum		arrays[SUBMIT_SCOPE];	/* the arrays given, by SubmitColumn
-										 * (max_attempts: 0 if none) */
+	Datum		arrays[SUBMIT_COLUMN_COUNT];	/* the arrays given, (Datum) 0
+												 * where none was */
 	/* the schedule (see SubmitRequest); NULL / 0 when not given */
 	const Datum *run_ats;
 	const bool *run_ats_null;

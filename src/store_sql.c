@@ -113,16 +113,83 @@ typedef struct StatementDef
 
 /*
  * The statements of a submit take the request's columns as $1, $2, ... in
- * the order of SUBMIT_COLUMNS (store_columns.h), their column lists and
- * argument types generated from it.  Those that name a parameter by number
- * assert here that the list still has it there: STMT_MATCH_JOB (operation
- * $3 to scope $7), STMT_INSERT_JOBS (the arrays $1 to $6, the scope $7,
- * the positions $8) and STMT_INSERT_NEXT_JOB (previous_job_id $8).
+ * the order of SUBMIT_COLUMNS (store_columns.h), their column lists,
+ * argument types and comparisons generated from it, and what follows them
+ * as SUBMIT_PARAM_AFTER_1, _2, _3.
  */
 SUBMIT_COLUMNS_CHECK()
-StaticAssertDecl(SUBMIT_COLUMN_COUNT == 7 && SUBMIT_SCOPE == 6 && SUBMIT_OPERATION == 2 &&
-				 SUBMIT_PARAMS == 3 && SUBMIT_PROVIDER == 4 && SUBMIT_MAX_ATTEMPTS == 5,
-				 "the submit statements name their parameters by these numbers");
+StaticAssertDecl(SUBMIT_PARAM_AFTER_1 == SUBMIT_COLUMN_COUNT + 1 &&
+				 SUBMIT_PARAM_AFTER_2 == SUBMIT_COLUMN_COUNT + 2 &&
+				 SUBMIT_PARAM_AFTER_3 == SUBMIT_COLUMN_COUNT + 3,
+				 "SUBMIT_PARAM_AFTER_n: the parameters after the submit columns");
+StaticAssertDecl(SUBMIT_SCOPE == SUBMIT_COLUMN_COUNT - 1,
+				 "the scope is the last submit column");
+#define AFTER_1 "$" CppAsString2(SUBMIT_PARAM_AFTER_1)
+#define AFTER_2 "$" CppAsString2(SUBMIT_PARAM_AFTER_2)
+#define AFTER_3 "$" CppAsString2(SUBMIT_PARAM_AFTER_3)
+
+/*
+ * STMT_INSERT_JOBS's pieces: each request column unnested from its array
+ * ($n) as u.c<n>, the scope ($n) given once; the arrays' types.
+ */
+#define UNNESTED_(e, col, name, type, atype, n, role) UNNESTED_##role(n)
+#define UNNESTED_KEY(n) "u.c" #n
+#define UNNESTED_COMPARED(n) "u.c" #n
+#define UNNESTED_AS_SUBMITTED(n) "u.c" #n
+#define UNNESTED_SCOPE(n) "$" #n
+#define UNNEST_(e, col, name, type, atype, n, role) UNNEST_##role(n)
+#define UNNEST_KEY(n) "pg_catalog.unnest($" #n "), "
+#define UNNEST_COMPARED(n) UNNEST_KEY(n)
+#define UNNEST_AS_SUBMITTED(n) UNNEST_KEY(n)
+#define UNNEST_SCOPE(n) ""
+#define UNNEST_ALIAS_(e, col, name, type, atype, n, role) UNNEST_ALIAS_##role(n)
+#define UNNEST_ALIAS_KEY(n) "c" #n ", "
+#define UNNEST_ALIAS_COMPARED(n) UNNEST_ALIAS_KEY(n)
+#define UNNEST_ALIAS_AS_SUBMITTED(n) UNNEST_ALIAS_KEY(n)
+#define UNNEST_ALIAS_SCOPE(n) ""
+#define ARRAY_TYPE_(e, col, name, type, atype, n, role) atype
+/* "u.c1, ..., $7" */
+#define INSERT_JOBS_SELECT SUBMIT_COLUMNS(UNNESTED_, ", ")
+/* "pg_catalog.unnest($1), ..., " */
+#define INSERT_JOBS_UNNEST SUBMIT_COLUMNS(UNNEST_, )
+/* "c1, ..., " */
+#define INSERT_JOBS_ALIASES SUBMIT_COLUMNS(UNNEST_ALIAS_, )
+/* TEXTARRAYOID, ..., TEXTOID */
+#define INSERT_JOBS_TYPES SUBMIT_COLUMNS(ARRAY_TYPE_, STORE_COLUMNS_COMMA)
+
+/*
+ * STMT_MATCH_JOB's comparisons: one boolean per COMPARED column, in their
+ * order, the stored value with the request's ($n) under "=", NULL equal to
+ * NULL.  max_attempts (AS_SUBMITTED) as submitted: retry_job raises it,
+ * recording the request's first in jobs.retries; a 1.1 database has no
+ * retries.
+ */
+#define SAME_(name, stored, n) \
+	", COALESCE(" stored " OPERATOR(pg_catalog.=) $" #n ", " stored " IS NULL AND $" #n " IS NULL)"
+#define COMPARE_(e, col, name, type, atype, n, role) COMPARE_##role(name, n)
+#define COMPARE_KEY(name, n) ""
+#define COMPARE_SCOPE(name, n) ""
+#define COMPARE_COMPARED(name, n) SAME_(name, "j." name, n)
+#define COMPARE_AS_SUBMITTED(name, n) \
+	SAME_(name, "COALESCE((j.retries OPERATOR(pg_catalog.->) 0" \
+		  " OPERATOR(pg_catalog.->>) '" name "_before')::pg_catalog.int4, j." name ")", n)
+#define COMPARE_1_1_(e, col, name, type, atype, n, role) COMPARE_1_1_##role(name, n)
+#define COMPARE_1_1_KEY(name, n) ""
+#define COMPARE_1_1_SCOPE(name, n) ""
+#define COMPARE_1_1_COMPARED(name, n) SAME_(name, "j." name, n)
+#define COMPARE_1_1_AS_SUBMITTED(name, n) SAME_(name, "j." name, n)
+/* the job of a submit's key (the KEY columns and the scope), not replaced */
+#define SCOPE_PARAM_(e, col, name, type, atype, n, role) SCOPE_PARAM_##role(n)
+#define SCOPE_PARAM_KEY(n) ""
+#define SCOPE_PARAM_COMPARED(n) ""
+#define SCOPE_PARAM_AS_SUBMITTED(n) ""
+#define SCOPE_PARAM_SCOPE(n) "$" #n
+#define MATCH_JOB_FROM \
+	" FROM jobguard.jobs j" \
+	" WHERE j.scope OPERATOR(pg_catalog.=) " SUBMIT_COLUMNS(SCOPE_PARAM_, ) \
+	" AND j.owner_id OPERATOR(pg_catalog.=) $1" \
+	" AND j.idempotency_key OPERATOR(pg_catalog.=) $2" \
+	" AND j.replaced_at IS NULL"
 
 /*
  * The statements that count attempts toward max_attempts, written once
@@ -307,7 +374,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/*
-	 * Many jobs in one statement, in input order ($8: whether each row is
+	 * Many jobs in one statement, in input order (AFTER_1: whether each row is
 	 * to be inserted, unnested beside the others, so that the statement is
 	 * linear in the rows): a later row with the key of an earlier one, or
 	 * of a stored job, inserts nothing.  Returns the key of every job
@@ -317,36 +384,20 @@ static const StatementDef statements[STMT_COUNT] = {
 		"insert jobs",
 		"INSERT INTO jobguard.jobs AS j"
 		" (" SUBMIT_COLUMN_NAMES ")"
-		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7"
-		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
-		"  pg_catalog.unnest($8))"
-		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, wanted, n)"
+		" SELECT " INSERT_JOBS_SELECT
+		" FROM ROWS FROM (" INSERT_JOBS_UNNEST "pg_catalog.unnest(" AFTER_1 "))"
+		"  WITH ORDINALITY AS u(" INSERT_JOBS_ALIASES "wanted, n)"
 		" WHERE u.wanted"
 		" ORDER BY u.n"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.owner_id::pg_catalog.text, j.idempotency_key::pg_catalog.text, j.id",
-		8, {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
-		INT4ARRAYOID, TEXTOID, BOOLARRAYOID},
+		SUBMIT_COLUMN_COUNT + 1, {INSERT_JOBS_TYPES, BOOLARRAYOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
 	/* The existing job for a key, and which parts of the request match it. */
 	[STMT_MATCH_JOB] = {
 		"match job",
-		"SELECT j.id,"
-		" j.operation OPERATOR(pg_catalog.=) $3,"
-		" j.params OPERATOR(pg_catalog.=) $4,"
-		" j.provider OPERATOR(pg_catalog.=) $5,"
-		/* as submitted: retry_job raises it, recording the request's first */
-		" COALESCE(COALESCE((j.retries OPERATOR(pg_catalog.->) 0"
-		"   OPERATOR(pg_catalog.->>) 'max_attempts_before')::pg_catalog.int4,"
-		"   j.max_attempts) OPERATOR(pg_catalog.=) $6,"
-		"          j.max_attempts IS NULL AND $6 IS NULL)"
-		" FROM jobguard.jobs j"
-		" WHERE j.scope OPERATOR(pg_catalog.=) $7"
-		" AND j.owner_id OPERATOR(pg_catalog.=) $1"
-		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2"
-		" AND j.replaced_at IS NULL",
+		"SELECT j.id" SUBMIT_COLUMNS(COMPARE_, ) MATCH_JOB_FROM,
 		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
 		SPI_OK_SELECT, false
 	},
@@ -859,12 +910,12 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * finish that wins first makes this update nothing.
 	 */
 	[STMT_REPLACE_ENDED_JOB] = REPLACE_ENDED_JOB_DEF(USED_1_2),
-	/* The job that follows replaced job $8 under the same key. */
+	/* The job that follows replaced job (AFTER_1) under the same key. */
 	[STMT_INSERT_NEXT_JOB] = {
 		"insert next job",
 		"INSERT INTO jobguard.jobs AS j"
 		" (" SUBMIT_COLUMN_NAMES ", previous_job_id)"
-		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", " AFTER_1 ")"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
 		SUBMIT_COLUMN_COUNT + 1, {SUBMIT_COLUMN_TYPES, INT8OID},
@@ -1084,7 +1135,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, true, true
 	},
 	/*
-	 * A submit with a schedule (run_at $8 into not_before, priority $9):
+	 * A submit with a schedule (run_at AFTER_1 into not_before, priority AFTER_2):
 	 * STMT_INSERT_JOB with the 1.2 columns.  A submit without one uses the
 	 * statements above, which name no 1.2 column (a 1.1 database).
 	 */
@@ -1092,36 +1143,35 @@ static const StatementDef statements[STMT_COUNT] = {
 		"insert job at",
 		"INSERT INTO jobguard.jobs AS j"
 		" (" SUBMIT_COLUMN_NAMES ", not_before, priority)"
-		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8, $9)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", " AFTER_1 ", " AFTER_2 ")"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
 		SUBMIT_COLUMN_COUNT + 2, {SUBMIT_COLUMN_TYPES, TIMESTAMPTZOID, INT2OID},
 		SPI_OK_INSERT_RETURNING, false
 	},
-	/* STMT_INSERT_JOBS with run_ats $9 and priorities $10 */
+	/* STMT_INSERT_JOBS with run_ats AFTER_2 and priorities AFTER_3 */
 	[STMT_INSERT_JOBS_AT] = {
 		"insert jobs at",
 		"INSERT INTO jobguard.jobs AS j"
 		" (" SUBMIT_COLUMN_NAMES ", not_before, priority)"
-		" SELECT u.o, u.k, u.op, u.p, u.pr, u.m, $7, u.ra, COALESCE(u.pri, 0)"
-		" FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-		"  pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
-		"  pg_catalog.unnest($8), pg_catalog.unnest($9), pg_catalog.unnest($10))"
-		"  WITH ORDINALITY AS u(o, k, op, p, pr, m, wanted, ra, pri, n)"
+		" SELECT " INSERT_JOBS_SELECT ", u.ra, COALESCE(u.pri, 0)"
+		" FROM ROWS FROM (" INSERT_JOBS_UNNEST "pg_catalog.unnest(" AFTER_1 "),"
+		"  pg_catalog.unnest(" AFTER_2 "), pg_catalog.unnest(" AFTER_3 "))"
+		"  WITH ORDINALITY AS u(" INSERT_JOBS_ALIASES "wanted, ra, pri, n)"
 		" WHERE u.wanted"
 		" ORDER BY u.n"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.owner_id::pg_catalog.text, j.idempotency_key::pg_catalog.text, j.id",
-		10, {TEXTARRAYOID, TEXTARRAYOID, TEXTARRAYOID, JSONBARRAYOID, TEXTARRAYOID,
-		INT4ARRAYOID, TEXTOID, BOOLARRAYOID, TIMESTAMPTZARRAYOID, INT2ARRAYOID},
+		SUBMIT_COLUMN_COUNT + 3, {INSERT_JOBS_TYPES, BOOLARRAYOID, TIMESTAMPTZARRAYOID,
+		INT2ARRAYOID},
 		SPI_OK_INSERT_RETURNING, false
 	},
-	/* STMT_INSERT_NEXT_JOB with run_at $9 and priority $10 */
+	/* STMT_INSERT_NEXT_JOB with run_at AFTER_2 and priority AFTER_3 */
 	[STMT_INSERT_NEXT_JOB_AT] = {
 		"insert next job at",
 		"INSERT INTO jobguard.jobs AS j"
 		" (" SUBMIT_COLUMN_NAMES ", previous_job_id, not_before, priority)"
-		" VALUES (" SUBMIT_COLUMN_PARAMS ", $8, $9, $10)"
+		" VALUES (" SUBMIT_COLUMN_PARAMS ", " AFTER_1 ", " AFTER_2 ", " AFTER_3 ")"
 		" ON CONFLICT (scope, owner_id, idempotency_key) WHERE replaced_at IS NULL DO NOTHING"
 		" RETURNING j.id",
 		SUBMIT_COLUMN_COUNT + 3, {SUBMIT_COLUMN_TYPES, INT8OID, TIMESTAMPTZOID, INT2OID},
@@ -1265,17 +1315,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	/* STMT_MATCH_JOB in a 1.1 database (no jobs.retries) */
 	[STMT_MATCH_JOB_1_1] = {
 		"match job 1.1",
-		"SELECT j.id,"
-		" j.operation OPERATOR(pg_catalog.=) $3,"
-		" j.params OPERATOR(pg_catalog.=) $4,"
-		" j.provider OPERATOR(pg_catalog.=) $5,"
-		" COALESCE(j.max_attempts OPERATOR(pg_catalog.=) $6,"
-		"          j.max_attempts IS NULL AND $6 IS NULL)"
-		" FROM jobguard.jobs j"
-		" WHERE j.scope OPERATOR(pg_catalog.=) $7"
-		" AND j.owner_id OPERATOR(pg_catalog.=) $1"
-		" AND j.idempotency_key OPERATOR(pg_catalog.=) $2"
-		" AND j.replaced_at IS NULL",
+		"SELECT j.id" SUBMIT_COLUMNS(COMPARE_1_1_, ) MATCH_JOB_FROM,
 		SUBMIT_COLUMN_COUNT, {SUBMIT_COLUMN_TYPES},
 		SPI_OK_SELECT, false
 	},

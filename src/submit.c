@@ -46,6 +46,20 @@
 PG_FUNCTION_INFO_V1(jobguard_submit);
 PG_FUNCTION_INFO_V1(jobguard_submit_many);
 
+/* The name and the role of each submit column (store_columns.h). */
+static const char *const submit_column_name[SUBMIT_COLUMN_COUNT] = {SUBMIT_COLUMN_NAME_LIST};
+static const SubmitRole submit_column_role[SUBMIT_COLUMN_COUNT] = {SUBMIT_COLUMN_ROLES};
+
+/* same_request: whether a replay equals the stored job in every compared column. */
+static bool
+same_request(const SubmitMatch *m)
+{
+	for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
+		if (!m->same[c])
+			return false;
+	return true;
+}
+
 /*
  * describe_mismatch: "operation, params and provider" — the parts of a
  * replayed request that differ from the stored job, for JG001's DETAIL.
@@ -53,18 +67,13 @@ PG_FUNCTION_INFO_V1(jobguard_submit_many);
 static char *
 describe_mismatch(const SubmitMatch *m)
 {
-	const char *parts[4];
+	const char *parts[SUBMIT_COLUMN_COUNT];
 	int			n = 0;
 	StringInfoData buf;
 
-	if (!m->same_operation)
-		parts[n++] = "operation";
-	if (!m->same_params)
-		parts[n++] = "params";
-	if (!m->same_provider)
-		parts[n++] = "provider";
-	if (!m->same_max_attempts)
-		parts[n++] = "max_attempts";
+	for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
+		if (submit_role_compared(submit_column_role[c]) && !m->same[c])
+			parts[n++] = submit_column_name[c];
 
 	initStringInfo(&buf);
 	for (int i = 0; i < n; i++)
@@ -147,20 +156,21 @@ typedef enum SubmitOutcome
  * under REPEATABLE READ it gets a serialization failure.
  */
 static SubmitOutcome
-submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
-		   Datum params, Datum provider, Datum max_attempts, bool max_attempts_null,
+submit_one(Datum scope, const Datum *values, const bool *nulls,
 		   const SubmitSchedule *schedule, int64 *job_id, SubmitMatch *match)
 {
 	SubmitRequest req = {
-		.values = {[SUBMIT_OWNER_ID] = owner_id, [SUBMIT_IDEMPOTENCY_KEY] = idempotency_key,
-			[SUBMIT_OPERATION] = operation, [SUBMIT_PARAMS] = params,
-			[SUBMIT_PROVIDER] = provider, [SUBMIT_MAX_ATTEMPTS] = max_attempts,
-		[SUBMIT_SCOPE] = scope},
-		.nulls = {[SUBMIT_MAX_ATTEMPTS] = max_attempts_null},
 		.has_run_at = schedule->has_run_at,
 		.run_at = schedule->run_at,
 		.priority = schedule->priority,
 	};
+	Datum		operation = values[SUBMIT_OPERATION];
+	Datum		params = values[SUBMIT_PARAMS];
+
+	memcpy(req.values, values, sizeof(req.values));
+	memcpy(req.nulls, nulls, sizeof(req.nulls));
+	req.values[SUBMIT_SCOPE] = scope;
+	req.nulls[SUBMIT_SCOPE] = false;
 
 	for (int tries = 1;; tries++)
 	{
@@ -178,12 +188,11 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 
 			*job_id = match->job_id;
 			/* with identity keys, other differences in params do not count */
-			if (!match->same_params && has_policy && policy.has_identity &&
-				match->same_operation)
-				match->same_params = store_same_identity(match->job_id, params,
-														 policy.identity);
-			if (!match->same_operation || !match->same_params ||
-				!match->same_provider || !match->same_max_attempts)
+			if (!match->same[SUBMIT_PARAMS] && has_policy && policy.has_identity &&
+				match->same[SUBMIT_OPERATION])
+				match->same[SUBMIT_PARAMS] = store_same_identity(match->job_id, params,
+																 policy.identity);
+			if (!same_request(match))
 			{
 				stats_count(STAT_KEY_CONFLICTS);
 				return SUBMIT_KEY_REUSED;
@@ -239,8 +248,8 @@ submit_one(Datum scope, Datum owner_id, Datum idempotency_key, Datum operation,
 			ereport(ERROR,
 					(errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
 					 errmsg("could not submit job for idempotency key \"%s\" of owner \"%s\"",
-							TextDatumGetCString(idempotency_key),
-							TextDatumGetCString(owner_id)),
+							TextDatumGetCString(values[SUBMIT_IDEMPOTENCY_KEY]),
+							TextDatumGetCString(values[SUBMIT_OWNER_ID])),
 					 errdetail("The job for this key was removed concurrently %d times.", tries),
 					 errhint("Retry the call.")));
 	}
@@ -268,13 +277,15 @@ jobguard_submit(PG_FUNCTION_ARGS)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		scope;
-	Datum		owner_id = text_arg(fcinfo, 0, "owner_id", MAX_KEY_CHARS);
-	Datum		idempotency_key = text_arg(fcinfo, 1, "idempotency_key", MAX_KEY_CHARS);
-	Datum		operation = text_arg(fcinfo, 2, "operation", MAX_NAME_CHARS);
-	Datum		params = jsonb_arg(fcinfo, 3, "params");
-	Datum		provider = text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS);
-	bool		max_attempts_null = PG_ARGISNULL(5);
-	Datum		max_attempts = max_attempts_null ? (Datum) 0 : PG_GETARG_DATUM(5);
+	Datum		values[SUBMIT_COLUMN_COUNT] = {
+		[SUBMIT_OWNER_ID] = text_arg(fcinfo, 0, "owner_id", MAX_KEY_CHARS),
+		[SUBMIT_IDEMPOTENCY_KEY] = text_arg(fcinfo, 1, "idempotency_key", MAX_KEY_CHARS),
+		[SUBMIT_OPERATION] = text_arg(fcinfo, 2, "operation", MAX_NAME_CHARS),
+		[SUBMIT_PARAMS] = jsonb_arg(fcinfo, 3, "params"),
+		[SUBMIT_PROVIDER] = text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS),
+		[SUBMIT_MAX_ATTEMPTS] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5),
+	};
+	bool		value_nulls[SUBMIT_COLUMN_COUNT] = {[SUBMIT_MAX_ATTEMPTS] = PG_ARGISNULL(5)};
 	SubmitSchedule schedule;
 	TupleDesc	desc = result_tupdesc(fcinfo);
 	int64		job_id = 0;
@@ -283,23 +294,23 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	Datum		columns[2];
 	bool		nulls[2] = {false, false};
 
-	require_payload_size(params, "params");
-	if (!max_attempts_null && DatumGetInt32(max_attempts) < 1)
+	require_payload_size(values[SUBMIT_PARAMS], "params");
+	if (!value_nulls[SUBMIT_MAX_ATTEMPTS] && DatumGetInt32(values[SUBMIT_MAX_ATTEMPTS]) < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"max_attempts\" must be at least 1 or null"),
-				 errdetail("It is %d.", DatumGetInt32(max_attempts))));
+				 errdetail("It is %d.", DatumGetInt32(values[SUBMIT_MAX_ATTEMPTS]))));
 	schedule_args(fcinfo, 6, &schedule);
 
 	/* the caller's application: keys are unique per scope */
 	scope = CStringGetTextDatum(scopes_submit_scope(GetUserId()));
 	store_connect(&caller);
-	outcome = submit_one(scope, owner_id, idempotency_key, operation, params, provider,
-						 max_attempts, max_attempts_null, &schedule, &job_id, &match);
+	outcome = submit_one(scope, values, value_nulls, &schedule, &job_id, &match);
 	if (outcome == SUBMIT_KEY_REUSED)
 		ereport(ERROR,
 				(errcode(ERRCODE_JG_IDEMPOTENCY_KEY_REUSED),
-				 errmsg_internal("%s", key_reused_message(owner_id, idempotency_key)),
+				 errmsg_internal("%s", key_reused_message(values[SUBMIT_OWNER_ID],
+														  values[SUBMIT_IDEMPOTENCY_KEY])),
 				 errdetail("Job %lld was submitted with this key; this request differs in %s.",
 						   (long long) match.job_id, describe_mismatch(&match)),
 				 errhint("Use a new idempotency key for a new request, or resend the original request unchanged to get job %lld.",
@@ -491,17 +502,22 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 		}
 		skip[i] = messages[i] != NULL;
 	}
+	memset(&batch, 0, sizeof(batch));
 	batch.count = count;
-	batch.owner_ids = columns[0].values;
-	batch.idempotency_keys = columns[1].values;
-	batch.operations = columns[2].values;
-	batch.params = columns[3].values;
-	batch.providers = columns[4].values;
-	batch.max_attempts = attempts;
-	batch.max_attempts_null = attempts_null;
-	batch.skip = skip;
-	for (int c = 0; c < 6; c++)
+	/* the request columns: submit_many's arguments 0 to 5 are SubmitColumns */
+	StaticAssertStmt(SUBMIT_OWNER_ID == 0 && SUBMIT_IDEMPOTENCY_KEY == 1 &&
+					 SUBMIT_OPERATION == 2 && SUBMIT_PARAMS == 3 &&
+					 SUBMIT_PROVIDER == 4 && SUBMIT_MAX_ATTEMPTS == 5,
+					 "submit_many's first arguments are the submit columns");
+	for (int c = 0; c <= SUBMIT_MAX_ATTEMPTS; c++)
+	{
+		batch.values[c] = columns[c].values;
+		batch.nulls[c] = columns[c].nulls;
 		batch.arrays[c] = columns[c].count == -1 ? (Datum) 0 : PG_GETARG_DATUM(c);
+	}
+	batch.values[SUBMIT_MAX_ATTEMPTS] = attempts;
+	batch.nulls[SUBMIT_MAX_ATTEMPTS] = attempts_null;
+	batch.skip = skip;
 	batch.run_ats = run_ats->count == -1 ? NULL : run_ats->values;
 	batch.run_ats_null = run_ats->count == -1 ? NULL : run_ats->nulls;
 	batch.run_at_array = run_ats->count == -1 ? (Datum) 0 : PG_GETARG_DATUM(6);
@@ -561,9 +577,16 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 				 * the call (memory stays flat however many rows replay)
 				 */
 				SavedIdentity row_caller;
-
 				SubmitSchedule schedule = {0};
+				Datum		values[SUBMIT_COLUMN_COUNT] = {0};
+				bool		value_nulls[SUBMIT_COLUMN_COUNT] = {0};
 
+				for (int c = 0; c < SUBMIT_COLUMN_COUNT; c++)
+					if (batch.values[c] != NULL)
+					{
+						values[c] = batch.values[c][i];
+						value_nulls[c] = batch.nulls[c] != NULL && batch.nulls[c][i];
+					}
 				if (batch.run_ats != NULL && !batch.run_ats_null[i])
 				{
 					schedule.has_run_at = true;
@@ -572,10 +595,7 @@ jobguard_submit_many(PG_FUNCTION_ARGS)
 				if (priority_values != NULL)
 					schedule.priority = priority_values[i];
 				store_connect(&row_caller);
-				outcome = submit_one(scope, columns[0].values[i], columns[1].values[i],
-									 columns[2].values[i], columns[3].values[i],
-									 columns[4].values[i], attempts[i], attempts_null[i],
-									 &schedule, &job_id, &match);
+				outcome = submit_one(scope, values, value_nulls, &schedule, &job_id, &match);
 				store_finish(&row_caller);
 			}
 			row[1] = Int64GetDatum(job_id);
