@@ -27,7 +27,11 @@
 #include "schema_level.h"
 #include "store_sql.h"
 
-#define MAX_STATEMENT_ARGS 10
+/*
+ * The most parameters a statement takes: 10, or a submit's columns and the
+ * three parameters after them (STMT_INSERT_JOBS_AT, STMT_INSERT_NEXT_JOB_AT).
+ */
+#define MAX_STATEMENT_ARGS Max(10, SUBMIT_PARAM_AFTER_3)
 
 /*
  * A job's state from the stored attempt states (a started attempt past its
