@@ -85,18 +85,24 @@
 /*
  * The job columns a submit writes: the request, then the caller's scope
  * (last: submit_many passes it once, beside the other columns' arrays).
- * Each entry is X(enum name, job column enum, column name, type OID, array
- * type OID, $n, role), the role one of
- *   KEY       it finds the job (with the scope): a replay has it equal;
+ * Each entry is X(enum name, job column enum, column name, type OID, the
+ * type OID submit_many passes it as (its array type; the scope's own
+ * type), $n, role), the role one of
+ *   KEY       it finds the job (with the scope): owner_id, idempotency_key,
+ *             fixed (the statements' key conditions and ON CONFLICT name
+ *             them, and the fast path's key index);
  *   COMPARED  a replay must equal the stored job in it (else JG001); the
  *             back ends compare it with its type's "=", NULL equal to NULL;
  *   AS_SUBMITTED  max_attempts only: COMPARED, with the value the job was
  *             submitted with (retry_job raises the stored one and keeps
  *             the first in jobs.retries);
- *   SCOPE     the caller's scope.
- * A new column of the request is one entry here (and submit.c takes it):
- * the statements, both back ends, the batch and the comparison follow.
- * SUBMIT_PARAM_AFTER_1..3 are then one higher each.
+ *   SCOPE     the caller's scope, fixed.
+ * A new COMPARED column of the request is one entry here (and submit.c
+ * takes it): the statements, both back ends, the batch and the comparison
+ * follow.  SUBMIT_PARAM_AFTER_1..3 are then one higher each.  A column a
+ * submit writes but a replay does not compare would need a role of its
+ * own (the schedule, run_at and priority, is passed beside the request
+ * instead: see SubmitRequest).
  */
 #define SUBMIT_COLUMNS(X, SEP) \
 	X(SUBMIT_OWNER_ID, JOB_OWNER_ID, "owner_id", TEXTOID, TEXTARRAYOID, 1, KEY) SEP \

@@ -115,7 +115,8 @@ typedef struct KeyPolicy
 
 /*
  * How an existing job compares with a replayed submit: same[c] for each
- * COMPARED column c of SUBMIT_COLUMNS (store_columns.h), by SubmitColumn.
+ * compared column c of SUBMIT_COLUMNS (store_columns.h), by SubmitColumn;
+ * true for the others (the key and the scope found the job).
  */
 typedef struct SubmitMatch
 {

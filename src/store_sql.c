@@ -165,8 +165,8 @@ StaticAssertDecl(SUBMIT_SCOPE == SUBMIT_COLUMN_COUNT - 1,
  * STMT_MATCH_JOB's comparisons: one boolean per COMPARED column, in their
  * order, the stored value with the request's ($n) under "=", NULL equal to
  * NULL.  max_attempts (AS_SUBMITTED) as submitted: retry_job raises it,
- * recording the request's first in jobs.retries; a 1.1 database has no
- * retries.
+ * recording the request's first in jobs.retries (read only when the job has
+ * a max_attempts, as rows.c reads it); a 1.1 database has no retries.
  */
 #define SAME_(name, stored, n) \
 	", COALESCE(" stored " OPERATOR(pg_catalog.=) $" #n ", " stored " IS NULL AND $" #n " IS NULL)"
@@ -175,8 +175,9 @@ StaticAssertDecl(SUBMIT_SCOPE == SUBMIT_COLUMN_COUNT - 1,
 #define COMPARE_SCOPE(name, n) ""
 #define COMPARE_COMPARED(name, n) SAME_(name, "j." name, n)
 #define COMPARE_AS_SUBMITTED(name, n) \
-	SAME_(name, "COALESCE((j.retries OPERATOR(pg_catalog.->) 0" \
-		  " OPERATOR(pg_catalog.->>) '" name "_before')::pg_catalog.int4, j." name ")", n)
+	SAME_(name, "(CASE WHEN j." name " IS NOT NULL THEN COALESCE((j.retries" \
+		  " OPERATOR(pg_catalog.->) 0 OPERATOR(pg_catalog.->>) '" name "_before')::pg_catalog.int4," \
+		  " j." name ") END)", n)
 #define COMPARE_1_1_(e, col, name, type, atype, n, role) COMPARE_1_1_##role(name, n)
 #define COMPARE_1_1_KEY(name, n) ""
 #define COMPARE_1_1_SCOPE(name, n) ""

@@ -277,15 +277,8 @@ jobguard_submit(PG_FUNCTION_ARGS)
 {
 	SavedIdentity caller;		/* restored by store_finish() */
 	Datum		scope;
-	Datum		values[SUBMIT_COLUMN_COUNT] = {
-		[SUBMIT_OWNER_ID] = text_arg(fcinfo, 0, "owner_id", MAX_KEY_CHARS),
-		[SUBMIT_IDEMPOTENCY_KEY] = text_arg(fcinfo, 1, "idempotency_key", MAX_KEY_CHARS),
-		[SUBMIT_OPERATION] = text_arg(fcinfo, 2, "operation", MAX_NAME_CHARS),
-		[SUBMIT_PARAMS] = jsonb_arg(fcinfo, 3, "params"),
-		[SUBMIT_PROVIDER] = text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS),
-		[SUBMIT_MAX_ATTEMPTS] = PG_ARGISNULL(5) ? (Datum) 0 : PG_GETARG_DATUM(5),
-	};
-	bool		value_nulls[SUBMIT_COLUMN_COUNT] = {[SUBMIT_MAX_ATTEMPTS] = PG_ARGISNULL(5)};
+	Datum		values[SUBMIT_COLUMN_COUNT] = {0};
+	bool		value_nulls[SUBMIT_COLUMN_COUNT] = {0};
 	SubmitSchedule schedule;
 	TupleDesc	desc = result_tupdesc(fcinfo);
 	int64		job_id = 0;
@@ -294,6 +287,15 @@ jobguard_submit(PG_FUNCTION_ARGS)
 	Datum		columns[2];
 	bool		nulls[2] = {false, false};
 
+	/* the arguments checked in order: the first bad one is the error */
+	values[SUBMIT_OWNER_ID] = text_arg(fcinfo, 0, "owner_id", MAX_KEY_CHARS);
+	values[SUBMIT_IDEMPOTENCY_KEY] = text_arg(fcinfo, 1, "idempotency_key", MAX_KEY_CHARS);
+	values[SUBMIT_OPERATION] = text_arg(fcinfo, 2, "operation", MAX_NAME_CHARS);
+	values[SUBMIT_PARAMS] = jsonb_arg(fcinfo, 3, "params");
+	values[SUBMIT_PROVIDER] = text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS);
+	value_nulls[SUBMIT_MAX_ATTEMPTS] = PG_ARGISNULL(5);
+	if (!value_nulls[SUBMIT_MAX_ATTEMPTS])
+		values[SUBMIT_MAX_ATTEMPTS] = PG_GETARG_DATUM(5);
 	require_payload_size(values[SUBMIT_PARAMS], "params");
 	if (!value_nulls[SUBMIT_MAX_ATTEMPTS] && DatumGetInt32(values[SUBMIT_MAX_ATTEMPTS]) < 1)
 		ereport(ERROR,
