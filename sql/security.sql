@@ -142,6 +142,78 @@ RESET search_path;
 RESET ROLE;
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 
+-- every operator jobguard's statements compare or compute with, planted
+-- for every type they use in a schema the client owns, first on its
+-- search_path: each records who ran it unless it is the client itself.
+-- Every call then runs as the client asks (fail_attempt's retry_in and the
+-- operation's backoff, claim, heartbeat, stats() with a limited provider)
+-- and not one planted operator ran as anyone else (the extension owner).
+CREATE SCHEMA regress_jg_spy AUTHORIZATION regress_jg_evil;
+SELECT jobguard.set_provider_policy('spied', max_in_flight => 100, max_per_second => 50);
+SELECT jobguard.define_operation('spied_op', '{}', retry_backoff => '1 second', retry_backoff_max => '1 minute');
+SET ROLE regress_jg_evil;
+CREATE TABLE regress_jg_spy.ran_as (who name, op text);
+GRANT INSERT ON regress_jg_spy.ran_as TO PUBLIC;
+DO $do$
+DECLARE
+	o record;
+	n int := 0;
+BEGIN
+	FOR o IN
+		SELECT op, l, r, res FROM
+		  unnest(ARRAY['=', '<>', '<', '<=', '>', '>=']) op,
+		  unnest(ARRAY['text', 'bigint', 'integer', 'smallint', 'timestamptz', 'interval', 'jsonb',
+					   'boolean', 'numeric', 'double precision', 'name', 'oid', 'text[]', 'bigint[]']) l,
+		  LATERAL (SELECT l AS r, 'boolean' AS res) x
+		UNION ALL
+		SELECT * FROM (VALUES ('+', 'timestamptz', 'interval', 'timestamptz'),
+							  ('-', 'timestamptz', 'interval', 'timestamptz'),
+							  ('-', 'timestamptz', 'timestamptz', 'interval'),
+							  ('+', 'bigint', 'bigint', 'bigint'), ('+', 'bigint', 'integer', 'bigint'),
+							  ('-', 'bigint', 'bigint', 'bigint'), ('+', 'integer', 'integer', 'integer'),
+							  ('-', 'integer', 'integer', 'integer'),
+							  ('*', 'interval', 'double precision', 'interval'),
+							  ('*', 'double precision', 'double precision', 'double precision'),
+							  ('/', 'double precision', 'double precision', 'double precision'),
+							  ('+', 'double precision', 'double precision', 'double precision'),
+							  ('-', 'double precision', 'double precision', 'double precision'),
+							  ('||', 'text', 'text', 'text')) v
+	LOOP
+		n := n + 1;
+		EXECUTE format($f$CREATE FUNCTION regress_jg_spy.spy%s(a %s, b %s) RETURNS %s
+			LANGUAGE plpgsql SET search_path = pg_catalog AS $b$
+			BEGIN
+				IF current_user OPERATOR(pg_catalog.<>) 'regress_jg_evil'::name THEN
+					INSERT INTO regress_jg_spy.ran_as VALUES (current_user, %L);
+				END IF;
+				RETURN a OPERATOR(pg_catalog.%s) b;
+			END $b$ $f$, n, o.l, o.r, o.res, o.op || '(' || o.l || ', ' || o.r || ')', o.op);
+		EXECUTE format('CREATE OPERATOR regress_jg_spy.%s (LEFTARG = %s, RIGHTARG = %s, FUNCTION = regress_jg_spy.spy%s)',
+					   o.op, o.l, o.r, n);
+	END LOOP;
+END $do$;
+SET search_path = regress_jg_spy, regress_jg_evil, pg_catalog, jobguard, public;
+-- the planted operators work, and record nothing for the client itself
+SELECT now() = now() AS planted_eq, (SELECT count(*) FROM regress_jg_spy.ran_as) AS recorded;
+SELECT job_id AS spy_job FROM jobguard.submit('spy', 'k1', 'spied_op', '{}', 'spied') \gset
+SELECT jobguard.begin_attempt(:spy_job, timeout => '1 hour') AS spy_a1 \gset
+SELECT jobguard.heartbeat(:spy_a1, '2 hours') > pg_catalog.now() AS extended;
+SELECT jobguard.fail_attempt(:spy_a1, 'declined', retry_in => '1 minute');
+SELECT jobguard.reschedule(:spy_job, run_at => pg_catalog.now());
+SELECT jobguard.begin_attempt(:spy_job) AS spy_a2 \gset
+SELECT jobguard.fail_attempt(:spy_a2, 'declined');
+SELECT jobguard.reschedule(:spy_job, run_at => pg_catalog.now());
+SELECT count(*) AS claimed FROM jobguard.claim('spy-worker', ARRAY['spied_op'], timeout => '1 minute');
+SELECT count(*) AS unknown_claimed FROM jobguard.claim_unknown('spy-worker', ARRAY['spied_op']);
+SELECT metric, value FROM jobguard.stats() WHERE metric LIKE 'provider.spied.%' ORDER BY metric;
+SELECT jobguard.job_state(:spy_job), jobguard.caller_scope();
+SELECT count(*) > 0 AS listed FROM jobguard.attempts_of(:spy_job);
+RESET search_path;
+-- no planted operator ran as anyone but the client
+SELECT who, op FROM regress_jg_spy.ran_as ORDER BY 1, 2;
+RESET ROLE;
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+
 -- a constraint on the tables that calls jobguard again (an owner's CHECK):
 -- each call gives back the identity it found, so afterwards the caller is
 -- itself again, never the tables' owner
@@ -209,6 +281,9 @@ SELECT count(*) AS violations FROM jobguard.check_invariants();
 
 -- clean up the roles (they are cluster-wide)
 DROP SCHEMA regress_jg_evil CASCADE;
+SET client_min_messages = warning;
+DROP SCHEMA regress_jg_spy CASCADE;
+RESET client_min_messages;
 SELECT jobguard.revoke_client(r) FROM unnest(ARRAY['regress_jg_reader', 'regress_jg_evil']::regrole[]) r;
 DROP ROLE regress_jg_nobody, regress_jg_app, regress_jg_reader, regress_jg_evil;
 DROP FUNCTION public.jg_sqlstate_of(text);

@@ -631,14 +631,18 @@ static const StatementDef statements[STMT_COUNT] = {
 	/*
 	 * When claim() may begin the job's next attempt: now() + $2, or at once
 	 * ($2 NULL).  Written only when it changes, so that a job without a
-	 * retry policy is not rewritten by every failure.
+	 * retry policy is not rewritten by every failure.  "Changes" is IS
+	 * DISTINCT FROM written with pg_catalog's = (IS DISTINCT FROM would
+	 * find = by name, on the caller's search_path): unequal, or exactly
+	 * one side NULL (now() + $2 is NULL just when $2 is).
 	 */
 	[STMT_SET_NOT_BEFORE] = {
 		"set not_before",
 		"UPDATE jobguard.jobs AS j"
 		" SET not_before = pg_catalog.now() OPERATOR(pg_catalog.+) $2"
 		" WHERE j.id OPERATOR(pg_catalog.=) $1"
-		" AND j.not_before IS DISTINCT FROM pg_catalog.now() OPERATOR(pg_catalog.+) $2",
+		" AND NOT COALESCE(j.not_before OPERATOR(pg_catalog.=) (pg_catalog.now() OPERATOR(pg_catalog.+) $2),"
+		"  j.not_before IS NULL AND $2 IS NULL)",
 		2, {INT8OID, INTERVALOID},
 		SPI_OK_UPDATE, false
 	},
@@ -1275,7 +1279,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"provider flow",
 		"SELECT p.provider, (SELECT pg_catalog.count(*) FROM jobguard.attempts a"
 		"  WHERE a.provider OPERATOR(pg_catalog.=) p.provider"
-		"  AND a.state IN ('started', 'unknown')), p.throttled"
+		"  AND a.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[])), p.throttled"
 		" FROM jobguard.provider_policy p"
 		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL"
 		" ORDER BY p.provider",
