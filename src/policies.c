@@ -17,6 +17,7 @@
 
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "utils/builtins.h"
 #include "utils/datum.h"
@@ -96,7 +97,15 @@ load_policies(void)
 	old = MemoryContextSwitchTo(policies_cxt);
 	cached = palloc(sizeof(CachedPolicy) * allocated);
 	rel = table_open(policies_relid, AccessShareLock);
-	snap = RegisterSnapshot(GetLatestSnapshot());
+	/*
+	 * Every committed row, whatever the isolation level (the cache outlives
+	 * the transaction).  In a parallel plan no new latest snapshot may be
+	 * taken; the catalog snapshot is one, taken no earlier than the
+	 * invalidations table_open() accepted (a change of these rows sends
+	 * one), so it sees what the latest would.
+	 */
+	snap = RegisterSnapshot(IsInParallelMode() ? GetCatalogSnapshot(policies_relid)
+							: GetLatestSnapshot());
 	scan = table_beginscan(rel, snap, 0, NULL);
 	slot = table_slot_create(rel, NULL);
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))

@@ -21,6 +21,7 @@
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/xact.h"
 #include "catalog/namespace.h"
 #include "commands/trigger.h"
 #include "fmgr.h"
@@ -175,7 +176,15 @@ load_rights(Oid userid)
 		att_scope == InvalidAttrNumber || att_payloads == InvalidAttrNumber)
 		elog(ERROR, "jobguard: jobguard.grants lacks a column it should have");
 
-	snap = RegisterSnapshot(GetLatestSnapshot());
+	/*
+	 * Every committed row, whatever the isolation level (the cache outlives
+	 * the transaction).  In a parallel plan no new latest snapshot may be
+	 * taken; the catalog snapshot is one, taken no earlier than the
+	 * invalidations table_open() accepted (a change of these rows sends
+	 * one), so it sees what the latest would.
+	 */
+	snap = RegisterSnapshot(IsInParallelMode() ? GetCatalogSnapshot(grants_relid)
+							: GetLatestSnapshot());
 	scan = table_beginscan(rel, snap, 0, NULL);
 	slot = table_slot_create(rel, NULL);
 	while (table_scan_getnextslot(scan, ForwardScanDirection, slot))

@@ -16,6 +16,7 @@
  */
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "utils/builtins.h"
@@ -1573,7 +1574,12 @@ sql_run(StatementId id, Datum *values, const char *nulls)
 	const StatementDef *def = statement_def(id, level);
 	int			rc;
 
-	if (!def->whole_tables)
+	/*
+	 * No setting may change in a parallel plan (a read function called in
+	 * one): the statement runs the plan it has, or one made with the
+	 * session's settings, which the next call outside replaces.
+	 */
+	if (!def->whole_tables && !IsInParallelMode())
 		plan_for_index_lookups(id, level);
 	if (def->latest_snapshot)
 		rc = SPI_execute_snapshot(prepared_plan(id, level), values, nulls, GetLatestSnapshot(),
