@@ -164,3 +164,22 @@ SELECT t.call, pg_temp.sqlstate_of(t.call) AS refused
   ) AS t(call);
 SELECT count(*) AS operations FROM jobguard.operations;
 SELECT count(*) AS certifications FROM jobguard.certifications;
+
+-- an operation name of 63 characters, each two or more bytes (allowed:
+-- names are counted in characters), has a contract like any other: the
+-- submit, begin, finish and check_result all work with it
+SELECT repeat('é', 62) || '€' AS wide_op \gset
+SELECT length(:'wide_op') AS chars, octet_length(:'wide_op') AS bytes;
+SELECT jobguard.define_operation(:'wide_op', '{"type": "object", "required": ["id"]}');
+SELECT job_id AS wide_job FROM jobguard.submit('wide', 'k1', :'wide_op', '{}', 'p') \gset
+SELECT jobguard.begin_attempt(:wide_job) AS wide_attempt \gset
+SELECT jobguard.finish_attempt(:wide_attempt, '{"no_id": 1}');
+SELECT jobguard.begin_attempt(:wide_job) AS wide_attempt \gset
+SELECT jobguard.finish_attempt(:wide_attempt, '{"id": "ch_wide"}');
+SELECT jobguard.job_state(:wide_job), jobguard.check_result(:'wide_op', '{"id": 1}') IS NULL AS conforms,
+	   jobguard.check_result(:'wide_op', '{}');
+SELECT pg_temp.sqlstate_of(format('SELECT jobguard.define_operation(%L, %L)', :'wide_op' || 'x', '{}'));
+-- and the widest name of all: 63 characters of four bytes each
+SELECT jobguard.define_operation(repeat(U&'\+01F600', 63), '{"type": "object"}');
+SELECT octet_length(repeat(U&'\+01F600', 63)) AS bytes,
+	   jobguard.check_result(repeat(U&'\+01F600', 63), '[]') AS refused;

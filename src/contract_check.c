@@ -25,6 +25,7 @@
 #include "utils/memutils.h"
 #include "utils/numeric.h"
 
+#include "args.h"
 #include "contract_tree.h"
 
 /* longest value rendering shown in an enum violation, in bytes */
@@ -39,10 +40,16 @@ typedef struct JgPathFrame
 	int			index;
 } JgPathFrame;
 
+/*
+ * The longest operation name in bytes: names are limited in characters
+ * (MAX_NAME_CHARS, args.h), each up to MAX_MULTIBYTE_CHAR_LEN bytes.
+ */
+#define OPERATION_KEY_BYTES (MAX_NAME_CHARS * MAX_MULTIBYTE_CHAR_LEN + 1)
+
 /* per-backend cache entry, keyed by operation name */
 typedef struct JgCacheEntry
 {
-	char		operation[NAMEDATALEN]; /* hash key; must be first */
+	char		operation[OPERATION_KEY_BYTES]; /* hash key; must be first */
 	int64		version;
 	MemoryContext cxt;			/* owns everything in contract */
 	JgContract *contract;
@@ -597,14 +604,15 @@ contract_first_violation(const JgContract *contract, Jsonb *value)
 const JgContract *
 contract_cache_get(const char *operation, int64 version, Datum contract_datum)
 {
-	char		key[NAMEDATALEN];
+	char		key[OPERATION_KEY_BYTES];
 	size_t		len = strlen(operation);
 	JgCacheEntry *entry;
 	MemoryContext cxt;
 	JgContract *compiled = NULL;
 	bool		found = false;
 
-	if (len >= NAMEDATALEN)
+	/* never for a stored name: define_operation() took at most 63 characters */
+	if (len >= OPERATION_KEY_BYTES)
 		ereport(ERROR,
 				(errcode(ERRCODE_NAME_TOO_LONG),
 				 errmsg("operation name \"%s\" is too long", operation)));
@@ -617,7 +625,7 @@ contract_cache_get(const char *operation, int64 version, Datum contract_datum)
 
 		if (CacheMemoryContext == NULL)
 			CreateCacheMemoryContext();
-		ctl.keysize = NAMEDATALEN;
+		ctl.keysize = OPERATION_KEY_BYTES;
 		ctl.entrysize = sizeof(JgCacheEntry);
 		ctl.hcxt = CacheMemoryContext;
 		jg_contract_cache = hash_create("jobguard output contracts", 32, &ctl,
