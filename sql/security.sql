@@ -212,6 +212,7 @@ RESET search_path;
 -- no planted operator ran as anyone but the client
 SELECT who, op FROM regress_jg_spy.ran_as ORDER BY 1, 2;
 RESET ROLE;
+SELECT jobguard.set_provider_policy('spied');
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 
 -- a constraint on the tables that calls jobguard again (an owner's CHECK):
