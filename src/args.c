@@ -14,6 +14,8 @@
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/numeric.h"
 #include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "access/detoast.h"
@@ -188,6 +190,80 @@ require_wait_limit(int64 wait_ms, const char *name, const char *function)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"%s\" of jobguard.%s() must be at most 366 days", name, function),
 				 errhint("Wait in shorter steps, calling again.")));
+}
+
+/* max_duration: MAX_DURATION_YEARS as an interval. */
+static Interval
+max_duration(void)
+{
+	Interval	max = {0};
+
+	max.month = MAX_DURATION_YEARS * MONTHS_PER_YEAR;
+	return max;
+}
+
+/*
+ * require_duration: refuse (22023) a duration argument longer than
+ * MAX_DURATION_YEARS: now() plus such a span would overflow a timestamp in
+ * every call that later reads it.  The lower bound is each caller's own.
+ */
+void
+require_duration(Datum value, const char *name)
+{
+	Interval	max = max_duration();
+
+	if (DatumGetBool(DirectFunctionCall2(interval_gt, value, IntervalPGetDatum(&max))))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be at most %d years", name, MAX_DURATION_YEARS),
+				 errdetail("It is %s.", DatumGetCString(DirectFunctionCall1(interval_out, value)))));
+}
+
+/*
+ * duration_capped: span, or MAX_DURATION_YEARS when it is longer (a value
+ * stored before require_duration() checked it, or written by hand).
+ */
+Interval
+duration_capped(const Interval *span)
+{
+	Interval	max = max_duration();
+
+	if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(span),
+										 IntervalPGetDatum(&max))))
+		return max;
+	return *span;
+}
+
+/*
+ * interval_seconds: a span in seconds as a double (a day as 24 hours, a
+ * month as 30 days, as interval comparison counts them); never overflows.
+ */
+double
+interval_seconds(const Interval *span)
+{
+	return (double) span->time / USECS_PER_SEC +
+		((double) span->month * DAYS_PER_MONTH + (double) span->day) * SECS_PER_DAY;
+}
+
+/*
+ * require_rate: refuse (22023) a max_per_second outside MIN_PER_SECOND to
+ * MAX_PER_SECOND: below, a float8 underflows (or one start waits for
+ * years); above, it overflows.  value is a finite number greater than zero.
+ */
+void
+require_rate(Datum value, const char *name)
+{
+	Datum		min = DirectFunctionCall3(numeric_in, CStringGetDatum(MIN_PER_SECOND_TEXT),
+										  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+	Datum		max = DirectFunctionCall3(numeric_in, CStringGetDatum(MAX_PER_SECOND_TEXT),
+										  ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1));
+
+	if (DatumGetBool(DirectFunctionCall2(numeric_lt, value, min)) ||
+		DatumGetBool(DirectFunctionCall2(numeric_gt, value, max)))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be %s to %s", name, MIN_PER_SECOND_TEXT, MAX_PER_SECOND_TEXT),
+				 errdetail("It is %s.", DatumGetCString(DirectFunctionCall1(numeric_out, value)))));
 }
 
 TupleDesc

@@ -19,6 +19,7 @@
 
 #include "fmgr.h"
 #include "access/tupdesc.h"
+#include "datatype/timestamp.h"
 
 #include "pg_compat.h"
 #include "scopes.h"
@@ -27,6 +28,21 @@
 #define MAX_KEY_CHARS 255
 /* Longest operation and provider name, in characters. */
 #define MAX_NAME_CHARS 63
+/*
+ * The longest duration an argument may give (a timeout, a backoff, a
+ * provider's dedupes_for, ...), in years; longer stored values are read
+ * as this (duration_capped).  SQL statements spell it DURATION_MAX_SQL.
+ */
+#define MAX_DURATION_YEARS 100
+#define DURATION_MAX_SQL "'100 years'::pg_catalog.interval"
+/*
+ * A provider's max_per_second: from one start in under three hours to a
+ * million a second (as float8 with no underflow or overflow, and a JG010
+ * wait that fits in milliseconds).  SQL statements read stored values
+ * clamped to it (PER_SECOND_SQL in store_sql.c).
+ */
+#define MIN_PER_SECOND_TEXT "0.0001"
+#define MAX_PER_SECOND_TEXT "1000000"
 /* For text_arg: any length, but not empty (error messages, reasons). */
 #define UNLIMITED_CHARS INT_MAX
 
@@ -53,6 +69,10 @@ extern void require_payload_size(Datum value, const char *name);
  */
 #define MAX_WAIT_MS (INT64CONST(366) * 24 * 60 * 60 * 1000)
 extern void require_wait_limit(int64 wait_ms, const char *name, const char *function);
+extern void require_duration(Datum value, const char *name);
+extern Interval duration_capped(const Interval *span);
+extern double interval_seconds(const Interval *span);
+extern void require_rate(Datum value, const char *name);
 extern void require_tables_owner(FunctionCallInfo fcinfo);
 pg_noreturn extern void report_job_not_found(int64 job_id, Oid caller, ScopeUse use);
 pg_noreturn extern void report_attempt_not_found(int64 attempt_id, Oid caller, ScopeUse use);

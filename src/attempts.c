@@ -147,6 +147,7 @@ jobguard_begin_attempt(PG_FUNCTION_ARGS)
 				 errmsg("argument \"timeout\" must be greater than zero"),
 				 errdetail("It is %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out, timeout)))));
+	require_duration(timeout, "timeout");
 
 	store_connect(&caller);
 	for (int tries = 1; attempt_id == 0; tries++)
@@ -214,12 +215,30 @@ backoff_delay(int64 job_id, int32 attempt_no)
 
 	if (!store_retry_policy(job_id, &backoff, &max, &max_null))
 		return NULL;
-	delay = DatumGetIntervalP(DirectFunctionCall2(interval_mul, IntervalPGetDatum(&backoff),
-												  Float8GetDatum(ldexp(1.0, doublings))));
-	if (!max_null &&
-		DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(delay),
-										 IntervalPGetDatum(&max))))
+	/*
+	 * Capped before it is multiplied: the cap is retry_backoff_max, and
+	 * never more than the longest duration (a value stored before that was
+	 * checked); the product, compared in seconds as a double, is made only
+	 * when it is below the cap, so no multiplication overflows.
+	 */
+	if (max_null)
+	{
+		memset(&max, 0, sizeof(max));
+		max.month = MAX_DURATION_YEARS * MONTHS_PER_YEAR;
+	}
+	else
+		max = duration_capped(&max);
+	delay = palloc(sizeof(Interval));
+	if (interval_seconds(&backoff) * ldexp(1.0, doublings) >= interval_seconds(&max))
 		*delay = max;
+	else
+	{
+		*delay = *DatumGetIntervalP(DirectFunctionCall2(interval_mul, IntervalPGetDatum(&backoff),
+														Float8GetDatum(ldexp(1.0, doublings))));
+		if (DatumGetBool(DirectFunctionCall2(interval_gt, IntervalPGetDatum(delay),
+											 IntervalPGetDatum(&max))))
+			*delay = max;
+	}
 	return delay;
 }
 
@@ -275,6 +294,8 @@ jobguard_fail_attempt(PG_FUNCTION_ARGS)
 				 errdetail("It is %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out,
 															   IntervalPGetDatum(retry_in))))));
+	if (retry_in != NULL)
+		require_duration(IntervalPGetDatum(retry_in), "retry_in");
 
 	store_connect(&caller);
 	lock_attempt(attempt_id, userid, &attempt);

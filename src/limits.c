@@ -560,15 +560,17 @@ limits_admit_begun(int64 attempt_id)
 			break;
 		case LIMIT_RATE:
 			{
-				double		wait_s = (1.0 - tokens) / limits.max_per_second;
-				int			wait_ms = (int) (wait_s * 1000.0) + 1;
+				/* at most a year: a rate read clamped is never that slow */
+				double		wait_s = Min((1.0 - tokens) / limits.max_per_second,
+										 (double) SECS_PER_DAY * 366);
+				long long	wait_ms = (long long) (wait_s * 1000.0) + 1;
 
 				ereport(ERROR,
 						(errcode(ERRCODE_JG_PROVIDER_BUSY),
 						 errmsg("provider \"%s\" is busy", provider),
 						 errdetail("Its max_per_second is %g and no start is left for this second.",
 								   limits.max_per_second),
-						 errhint("Retry in %d ms.", wait_ms)));
+						 errhint("Retry in %lld ms.", wait_ms)));
 			}
 			break;
 	}

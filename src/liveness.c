@@ -62,8 +62,9 @@ require_operator(FunctionCallInfo fcinfo)
  *
  * Sets or replaces what an operator knows of a provider; NULL is "no such
  * promise / no limit", and a policy with all three NULL is no policy (its
- * row goes).  Each given value must be greater than zero (and a number):
- * 22023, nothing written.
+ * row goes).  Each given value must be greater than zero (and a number),
+ * dedupes_for at most 100 years, max_per_second 0.0001 to 1000000: 22023,
+ * nothing written.
  */
 Datum
 jobguard_set_provider_policy(PG_FUNCTION_ARGS)
@@ -89,6 +90,7 @@ jobguard_set_provider_policy(PG_FUNCTION_ARGS)
 					 errmsg("argument \"dedupes_for\" must be greater than zero or null"),
 					 errdetail("It is %s.",
 							   DatumGetCString(DirectFunctionCall1(interval_out, dedupes_for)))));
+		require_duration(dedupes_for, "dedupes_for");
 	}
 	if (!in_flight_null && DatumGetInt32(max_in_flight) <= 0)
 		ereport(ERROR,
@@ -107,6 +109,7 @@ jobguard_set_provider_policy(PG_FUNCTION_ARGS)
 					 errmsg("argument \"max_per_second\" must be a finite number greater than zero or null"),
 					 errdetail("It is %s.",
 							   DatumGetCString(DirectFunctionCall1(numeric_out, max_per_second)))));
+		require_rate(max_per_second, "max_per_second");
 	}
 
 	store_connect(&caller);

@@ -146,6 +146,7 @@ purge_arguments(FunctionCallInfo fcinfo, const char *function, int32 *batch_size
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"older_than\" of jobguard.%s() must not be negative", function)));
+	require_duration(IntervalPGetDatum(older_than), "older_than");
 	if (*batch_size < 1)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

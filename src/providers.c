@@ -26,7 +26,7 @@ PG_FUNCTION_INFO_V1(jobguard_check_result);
 /*
  * require_retry_policy: raise 22023 unless the retry policy makes sense:
  * a backoff greater than zero, and a cap (only with a backoff) no smaller
- * than it.  Either may be NULL.
+ * than it, both at most 100 years.  Either may be NULL.
  */
 static void
 require_retry_policy(Datum backoff, bool backoff_null, Datum max, bool max_null)
@@ -39,6 +39,8 @@ require_retry_policy(Datum backoff, bool backoff_null, Datum max, bool max_null)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"retry_backoff\" must be greater than zero"),
 				 errdetail("It is %s.", DatumGetCString(DirectFunctionCall1(interval_out, backoff)))));
+	if (!backoff_null)
+		require_duration(backoff, "retry_backoff");
 	if (!max_null && backoff_null)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -51,6 +53,8 @@ require_retry_policy(Datum backoff, bool backoff_null, Datum max, bool max_null)
 				 errdetail("retry_backoff is %s, retry_backoff_max %s.",
 						   DatumGetCString(DirectFunctionCall1(interval_out, backoff)),
 						   DatumGetCString(DirectFunctionCall1(interval_out, max)))));
+	if (!max_null)
+		require_duration(max, "retry_backoff_max");
 }
 
 /*

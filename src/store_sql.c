@@ -25,6 +25,7 @@
 #include "utils/resowner.h"
 #include "utils/snapmgr.h"
 
+#include "args.h"
 #include "schema_level.h"
 #include "store_sql.h"
 
@@ -108,6 +109,24 @@ typedef struct StatementDef
 	bool		latest_snapshot;	/* run with the latest snapshot, whatever
 									 * the isolation level */
 } StatementDef;
+
+/*
+ * A stored max_per_second as float8, clamped to MIN_PER_SECOND_TEXT to
+ * MAX_PER_SECOND_TEXT (args.h): a value stored before set_provider_policy()
+ * checked the range, or written by hand, would underflow or overflow the
+ * cast in every call that reads any provider's limits.  NULL stays NULL.
+ */
+#define PER_SECOND_SQL \
+	"CASE WHEN p.max_per_second IS NULL THEN NULL::pg_catalog.float8" \
+	" ELSE LEAST(GREATEST(p.max_per_second, " MIN_PER_SECOND_TEXT "::pg_catalog.numeric)," \
+	" " MAX_PER_SECOND_TEXT "::pg_catalog.numeric)::pg_catalog.float8 END"
+
+/*
+ * A stored duration read as at most the longest one (args.h); NULL stays
+ * NULL (LEAST alone would make it the longest).
+ */
+#define DURATION_SQL(col) \
+	"(CASE WHEN " col " IS NULL THEN NULL ELSE LEAST(" col ", " DURATION_MAX_SQL ") END)"
 
 /* The columns every attempt query returns (ATTEMPT_ROW_COLUMNS, store_sql.h). */
 #define ATTEMPT_COLUMNS ATTEMPT_ROW_COLUMNS(ATTEMPT_ROW_SQL_, ", ")
@@ -336,13 +355,15 @@ StaticAssertDecl(SUBMIT_SCOPE == SUBMIT_COLUMN_COUNT - 1,
  * When the window for redriving attempt a under its key ends (NULL
  * without a policy p that deduplicates): the key's first use plus
  * dedupes_for, less a margin of 1 % of dedupes_for, at least a minute.
+ * dedupes_for is read as at most the longest duration (DURATION_SQL): a
+ * longer one stored would overflow the timestamp.
  */
 #define REDRIVE_WINDOW_END_SQL \
 	"((SELECT pg_catalog.min(f.started_at) FROM jobguard.attempts f" \
 	"   WHERE f.job_id OPERATOR(pg_catalog.=) a.job_id" \
 	"   AND f.provider_key OPERATOR(pg_catalog.=) a.provider_key)" \
-	" OPERATOR(pg_catalog.+) p.dedupes_for" \
-	" OPERATOR(pg_catalog.-) GREATEST(p.dedupes_for OPERATOR(pg_catalog.*) 0.01::pg_catalog.float8," \
+	" OPERATOR(pg_catalog.+) " DURATION_SQL("p.dedupes_for") \
+	" OPERATOR(pg_catalog.-) GREATEST(" DURATION_SQL("p.dedupes_for") " OPERATOR(pg_catalog.*) 0.01::pg_catalog.float8," \
 	"  '1 minute'::pg_catalog.interval))"
 
 /* The attempt a redrive reads and locks; WAIT: NOWAIT or SKIP LOCKED. */
@@ -934,7 +955,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	/* The operations with a retention, for purge() without a cut-off. */
 	[STMT_RETENTIONS] = {
 		"retentions",
-		"SELECT p.operation, pg_catalog.now() OPERATOR(pg_catalog.-) p.retention"
+		"SELECT p.operation, pg_catalog.now() OPERATOR(pg_catalog.-) " DURATION_SQL("p.retention")
 		" FROM jobguard.policies p WHERE p.retention IS NOT NULL ORDER BY p.operation",
 		0, {0},
 		SPI_OK_SELECT, false
@@ -1050,7 +1071,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" AND ($3 IS NULL OR a.provider OPERATOR(pg_catalog.=) $3)"
 		" AND p.dedupes_for IS NOT NULL"
 		" AND (COALESCE(a.unknown_since, a.deadline) OPERATOR(pg_catalog.+)"
-		"  COALESCE(a.timeout, a.deadline OPERATOR(pg_catalog.-) a.started_at))"
+		"  " DURATION_SQL("COALESCE(a.timeout, a.deadline OPERATOR(pg_catalog.-) a.started_at)") ")"
 		"  OPERATOR(pg_catalog.<=) pg_catalog.now()"
 		" AND " REDRIVE_WINDOW_END_SQL " OPERATOR(pg_catalog.>) pg_catalog.now()"
 		" ORDER BY a.job_id"
@@ -1119,12 +1140,23 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 	/*
 	 * The blocked jobs (unknown, not redrivable): how many, and since when
-	 * the oldest is unknown (NULL: none).
+	 * the oldest is unknown (NULL: none).  The rows of jobguard.blocked_jobs
+	 * that are not redrivable, read as that view reads them but with the
+	 * window of REDRIVE_WINDOW_END_SQL, whose dedupes_for cannot overflow:
+	 * a value stored too long must not break stats() and the sweeper.
 	 */
 	[STMT_BLOCKED_COUNTS] = {
 		"blocked counts",
-		"SELECT pg_catalog.count(*), pg_catalog.min(b.unknown_since)"
-		" FROM jobguard.blocked_jobs b WHERE NOT b.redrivable",
+		"SELECT pg_catalog.count(*), pg_catalog.min(COALESCE(a.unknown_since, a.deadline))"
+		" FROM jobguard.attempts a"
+		" CROSS JOIN LATERAL (SELECT o.id, o.scope, o.completed_by, o.cancelled_at"
+		"  FROM jobguard.jobs o WHERE o.id OPERATOR(pg_catalog.=) a.job_id OFFSET 0) j"
+		" LEFT JOIN jobguard.provider_policy p ON p.provider OPERATOR(pg_catalog.=) a.provider"
+		" WHERE a.state OPERATOR(pg_catalog.=) ANY ('{started,unknown}'::pg_catalog.text[])"
+		" AND jobguard.attempt_state(a.state, a.deadline) OPERATOR(pg_catalog.=) 'unknown'"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND jobguard.scope_visible(j.scope)"
+		" AND NOT COALESCE(" REDRIVE_WINDOW_END_SQL " OPERATOR(pg_catalog.>) pg_catalog.now(), false)",
 		0, {0},
 		SPI_OK_SELECT, false
 	},
@@ -1220,7 +1252,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	/* The providers that have a limit (limits.c caches them). */
 	[STMT_LIMITED_PROVIDERS] = {
 		"limited providers",
-		"SELECT p.provider, p.max_in_flight, p.max_per_second::pg_catalog.float8"
+		"SELECT p.provider, p.max_in_flight, " PER_SECOND_SQL
 		" FROM jobguard.provider_policy p"
 		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL",
 		0, {0},
@@ -1233,7 +1265,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	 */
 	[STMT_LOCK_POLICY] = {
 		"lock policy",
-		"SELECT p.max_in_flight, p.max_per_second::pg_catalog.float8, p.tokens, p.tokens_at,"
+		"SELECT p.max_in_flight, " PER_SECOND_SQL ", p.tokens, p.tokens_at,"
 		" pg_catalog.clock_timestamp()"
 		" FROM jobguard.provider_policy p"
 		" WHERE p.provider OPERATOR(pg_catalog.=) $1"
@@ -1245,7 +1277,7 @@ static const StatementDef statements[STMT_COUNT] = {
 	/* The same, for claim: a row another start holds is passed over. */
 	[STMT_LOCK_POLICY_SKIP] = {
 		"lock policy skip",
-		"SELECT p.max_in_flight, p.max_per_second::pg_catalog.float8, p.tokens, p.tokens_at,"
+		"SELECT p.max_in_flight, " PER_SECOND_SQL ", p.tokens, p.tokens_at,"
 		" pg_catalog.clock_timestamp()"
 		" FROM jobguard.provider_policy p"
 		" WHERE p.provider OPERATOR(pg_catalog.=) $1"

@@ -56,7 +56,8 @@ PG_FUNCTION_INFO_V1(jobguard_heartbeat);
 
 /*
  * interval_arg: a required interval argument that must be greater
- * than zero (or, allow_zero, not negative); 22004 / 22023 otherwise.
+ * than zero (or, allow_zero, not negative), and at most 100 years; 22004
+ * / 22023 otherwise.
  */
 static Datum
 interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool allow_zero)
@@ -75,6 +76,7 @@ interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool allow_ze
 				 errmsg(allow_zero ? "argument \"%s\" must not be negative" :
 						"argument \"%s\" must be greater than zero", name),
 				 errdetail("It is %s.", DatumGetCString(DirectFunctionCall1(interval_out, value)))));
+	require_duration(value, name);
 	return value;
 }
 
