@@ -81,6 +81,11 @@ END $$;
 SELECT h ~ '^JG010: Retry in [0-9]+ ms\.$' AS hint_ok,
 	   substring(h FROM 'Retry in ([0-9]+) ms')::bigint BETWEEN 9000000 AND 10000001 AS slowest_rate_wait
   FROM pg_temp.busy_hint(:job4) h;
+-- an attempt's own timeout stored too long: a heartbeat without extend_by
+-- extends it by the longest duration
+UPDATE jobguard.attempts SET timeout = '178000000 years' WHERE job_id = :job3 RETURNING id AS long_attempt \gset
+SELECT jobguard.heartbeat(:long_attempt)
+	   BETWEEN pg_catalog.now() + interval '99 years' AND pg_catalog.now() + interval '100 years' AS extended;
 -- backoff: attempt 32 with retry_backoff '1 day', max '2 days' waits 2 days
 SELECT jobguard.define_operation('rng_b', '{}');
 UPDATE jobguard.operations SET retry_backoff = '1 day', retry_backoff_max = '2 days' WHERE operation = 'rng_b';

@@ -634,7 +634,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		"heartbeat",
 		"UPDATE jobguard.attempts AS a"
 		" SET deadline = pg_catalog.now() OPERATOR(pg_catalog.+)"
-		"  COALESCE($2, a.timeout, a.deadline OPERATOR(pg_catalog.-) a.started_at)"
+		"  COALESCE($2, " DURATION_SQL("COALESCE(a.timeout, a.deadline OPERATOR(pg_catalog.-) a.started_at)") ")"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1"
 		" RETURNING a.deadline",
 		2, {INT8OID, INTERVALOID},
@@ -1019,8 +1019,8 @@ static const StatementDef statements[STMT_COUNT] = {
 		" SELECT o.job_id, o.attempt_no OPERATOR(pg_catalog.+) 1, o.provider, 'started',"
 		"  j.version, NULL, COALESCE($4, pg_catalog.now()),"
 		"  COALESCE($4, pg_catalog.now()) OPERATOR(pg_catalog.+)"
-		"   COALESCE($3, o.timeout, o.deadline OPERATOR(pg_catalog.-) o.started_at),"
-		"  $2, COALESCE($3, o.timeout, o.deadline OPERATOR(pg_catalog.-) o.started_at),"
+		"   COALESCE($3, " DURATION_SQL("COALESCE(o.timeout, o.deadline OPERATOR(pg_catalog.-) o.started_at)") "),"
+		"  $2, COALESCE($3, " DURATION_SQL("COALESCE(o.timeout, o.deadline OPERATOR(pg_catalog.-) o.started_at)") "),"
 		"  o.provider_key, COALESCE(o.tries, o.attempt_no)"
 		" FROM jobguard.attempts o"
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) o.job_id"
