@@ -31,8 +31,9 @@ from .errors import AttemptNotFound, InvalidTransition, ResultMismatch, translat
 from .ids import AttemptId
 from .reconciler import (ReconcilerStats, _set_reconciler_options, answer_of, count_outcomes,
                          result_answer)
-from .worker import (MAX_ERROR, NOT_REPORTABLE, OWN_OPEN_ATTEMPTS, InProgress, WorkerStats,
-                     _set_options, error_text, retry_in_of, unrecordable)
+from .worker import (MAX_ERROR, NOT_REPORTABLE, OWN_OPEN_ATTEMPTS, REPORT_TRIES, InProgress,
+                     WorkerStats, _set_options, error_text, is_refusal, retry_in_of, retryable,
+                     unrecordable)
 
 __all__ = ["AsyncConnection", "AsyncWorker", "AsyncHandler", "AsyncReconciler"]
 
@@ -50,7 +51,7 @@ async def run(conn: AConn, steps: Steps[R]) -> R:
     sql, params = next(steps)
     try:
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(sql, params)
+            await cur.execute(sql, params, prepare=api.prepare_flag())
             rows = await cur.fetchall()
     except psycopg.Error as err:
         new = translate(err)
@@ -110,7 +111,7 @@ class AsyncConnection:
     @classmethod
     async def connect(cls, conninfo: str = "", **kwargs: Any) -> "AsyncConnection":
         """Open a psycopg AsyncConnection (same arguments) and wrap it."""
-        return cls(await psycopg.AsyncConnection.connect(conninfo, **kwargs))
+        return cls(await psycopg.AsyncConnection.connect(conninfo, **api.connect_options(kwargs)))
 
     async def close(self) -> None:
         """Close the connection."""
@@ -162,7 +163,7 @@ class _ALink:
             try:
                 self._conn = await psycopg.AsyncConnection.connect(
                     self._worker.conninfo, autocommit=True, application_name=self._appname,
-                    **self._worker.connect_kwargs)
+                    **api.connect_options(self._worker.connect_kwargs))
             except psycopg.OperationalError as err:
                 if self._give_up():
                     raise _GaveUp(str(err)) from err
@@ -176,9 +177,12 @@ class _ALink:
             self._ever = True
         return self._conn
 
-    async def call(self, fn: Callable[[AConn, int], Awaitable[R]], retry: bool) -> R:
+    async def call(self, fn: Callable[[AConn, int], Awaitable[R]], retry: bool,
+                   transient: int = 0) -> R:
         """await fn(conn, tries); on a lost connection: with retry, reconnect
-        and call again, else raise _Lost.  Other errors propagate."""
+        and call again, else raise _Lost.  A retryable server error on an
+        intact connection is tried again up to ``transient`` more times
+        (see ``_Link.call``).  Other errors propagate."""
         tries = 0
         delay = self._worker.reconnect_min
         while True:
@@ -187,7 +191,16 @@ class _ALink:
                 return await fn(conn, tries)
             except psycopg.Error as err:
                 if not (conn.closed or conn.broken):
-                    raise
+                    if transient <= 0 or not retryable(err) or self._give_up():
+                        raise
+                    transient -= 1
+                    tries += 1
+                    self._worker.stats.report_retries += 1
+                    log.warning("%s: %s; trying the same statement again in %.1fs",
+                                self._appname, str(err).strip(), delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, self._worker.reconnect_max)
+                    continue
                 log.warning("%s: connection lost (%s)", self._appname, str(err).strip())
                 await self.close()
                 if not retry:
@@ -210,8 +223,9 @@ class _ALink:
 
 class AsyncWorker:
     """``jobguard.Worker`` on asyncio: the same loop, options, stats and
-    guarantees (the handler runs at most once per attempt; a result that
-    cannot be recorded fails the attempt once; a cut-off claim's attempts
+    guarantees (the handler runs at most once per attempt; only a refusal
+    fails an attempt, a result that cannot be sent marks it unknown, a
+    report that meets a server error is tried again; a cut-off claim's attempts
     are adopted; open attempts of its name from before it started are
     marked unknown), with ``await handler(job)`` (a plain function's value
     is used as is) and heartbeats as a task on a connection of its own.
@@ -234,6 +248,7 @@ class AsyncWorker:
         self._untouchable: Set[AttemptId] = set()
         self._started_up = False
         self._claim_lost = False
+        self._claim_delay = 0.0   # the wait after the last failed claim
         self._finish_many: Optional[bool] = None
         self._stopping = asyncio.Event()
         self._stopped_at = 0.0
@@ -320,6 +335,9 @@ class AsyncWorker:
                     return adopted
         except _Lost:
             return []
+        except psycopg.Error as err:
+            await self._claim_failed(err)
+            return []
         wait = min(self.wait, self.timeout / 3)
 
         async def claim(conn: AConn, tries: int) -> List[Claimed]:
@@ -332,8 +350,26 @@ class AsyncWorker:
         except _Lost:
             self._claim_lost = True
             return []
+        except psycopg.Error as err:
+            await self._claim_failed(err)
+            return []
+        self._claim_delay = 0.0
         self.stats.claimed += len(jobs)
         return jobs
+
+    async def _claim_failed(self, err: psycopg.Error) -> None:
+        """A claim met a server error: logged, a backoff wait (see
+        ``Worker._claim_failed``), and the loop tries again."""
+        self.stats.claim_errors += 1
+        self._claim_lost = True
+        self._claim_delay = min(max(self._claim_delay * 2, self.reconnect_min),
+                                self.reconnect_max)
+        log.error("%s: claim failed (%s); again in %.1fs", self.name,
+                  str(err).strip(), self._claim_delay)
+        try:
+            await asyncio.wait_for(self._stopping.wait(), self._claim_delay)
+        except asyncio.TimeoutError:
+            pass
 
     async def _mark_earlier(self, job: Claimed) -> None:
         """An open attempt of its name from before it started: not run;
@@ -361,7 +397,7 @@ class AsyncWorker:
         """Its started or unknown attempts not held and never run."""
         skip = list(self._held) + list(self._ran) + list(self._untouchable)
         async with conn.cursor(row_factory=dict_row) as cur:
-            await cur.execute(OWN_OPEN_ATTEMPTS, (self.name, skip))
+            await cur.execute(OWN_OPEN_ATTEMPTS, (self.name, skip), prepare=api.prepare_flag())
             return [api.claimed(r) for r in await cur.fetchall()]
 
     async def _run_batch(self, jobs: List[Claimed]) -> None:
@@ -406,7 +442,10 @@ class AsyncWorker:
             if await self._report_in_progress(job):
                 self.stats.in_progress += 1
         except Exception as err:  # the handler's failure, whatever it is
-            if await self._report_failure(job, error_text(err), retry_in_of(err)):
+            if not is_refusal(err):
+                if await self._report_unknown(job, f"the handler raised {error_text(err)}"):
+                    self.stats.handler_errors += 1
+            elif await self._report_failure(job, error_text(err), retry_in_of(err)):
                 self.stats.failed += 1
         else:
             why = unrecordable(result)
@@ -442,7 +481,8 @@ class AsyncWorker:
             async def ask(conn: AConn, tries: int) -> bool:
                 """One look at the catalog."""
                 cur = await conn.execute(
-                    "SELECT to_regprocedure('jobguard.finish_many(bigint[], jsonb[])') IS NOT NULL")
+                    "SELECT to_regprocedure('jobguard.finish_many(bigint[], jsonb[])') IS NOT NULL",
+                    prepare=api.prepare_flag())
                 row = await cur.fetchone()
                 return bool(row and row[0])
             try:
@@ -458,7 +498,7 @@ class AsyncWorker:
             return await run(conn, api.finish_many.steps(
                 conn, [j.attempt_id for j, _ in done], [r for _, r in done]))
         try:
-            rows = await self._main.call(many, retry=True)
+            rows = await self._main.call(many, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, _Lost) as err:
             for job, _ in done:
                 self.stats.report_errors += 1
@@ -472,7 +512,7 @@ class AsyncWorker:
             for job, result in done:
                 await self._report_result(job, result)
             return
-        for (job, _), row in zip(done, rows):
+        for (job, result), row in zip(done, rows):
             if row.outcome is not None:
                 setattr(self.stats, row.outcome, getattr(self.stats, row.outcome) + 1)
             elif row.sqlstate in NOT_REPORTABLE:
@@ -480,6 +520,8 @@ class AsyncWorker:
                 self._unreported.add(job.attempt_id)
                 log.error("%s: could not report the result of attempt %d of job %d: %s",
                           self.name, job.attempt_id, job.job_id, row.message)
+            elif retryable(row):
+                await self._report_result(job, result)   # the same report, alone, again
             else:
                 await self._report_unrecorded(job, f"finish_many refused it ({row.sqlstate}: "
                                                    f"{row.message})")
@@ -487,11 +529,23 @@ class AsyncWorker:
     async def _report_in_progress(self, job: Claimed) -> bool:
         """The provider says the key is still being processed: mark_unknown,
         never fail.  True once it is unknown."""
+        return await self._report_unknown(job, "it is still in progress at the provider")
+
+    async def _report_unknown(self, job: Claimed, why: str) -> bool:
+        """mark_unknown, the reason logged, tried again like every report
+        (see ``Worker._report_unknown``).  True once it is unknown."""
         async def mark(conn: AConn, tries: int) -> str:
-            """One try at mark_unknown."""
-            return await run(conn, api.mark_unknown.steps(conn, job.attempt_id))
+            """One try at mark_unknown; a repeat finding it unknown is done."""
+            try:
+                return await run(conn, api.mark_unknown.steps(conn, job.attempt_id))
+            except InvalidTransition as err:
+                if tries > 0 and err.state == "unknown":
+                    return "unknown"
+                raise
+        log.warning("%s: attempt %d of job %d marked unknown: %s", self.name,
+                    job.attempt_id, job.job_id, why)
         try:
-            await self._main.call(mark, retry=True)
+            await self._main.call(mark, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self.stats.report_errors += 1
             self._unreported.add(job.attempt_id)
@@ -501,7 +555,8 @@ class AsyncWorker:
         return True
 
     async def _report_result(self, job: Claimed, result: Any) -> None:
-        """finish, repeated after a lost connection; a refused result fails."""
+        """finish, repeated after a lost connection or a retryable server
+        error; a result the server cannot take marks the attempt unknown."""
         refused: List[psycopg.Error] = []
 
         async def finish(conn: AConn, tries: int) -> str:
@@ -511,12 +566,12 @@ class AsyncWorker:
             except (InvalidTransition, AttemptNotFound, ResultMismatch):
                 raise
             except psycopg.Error as err:
-                if conn.closed or conn.broken:
+                if conn.closed or conn.broken or retryable(err):
                     raise
                 refused.append(err)
                 return "refused"
         try:
-            outcome = await self._main.call(finish, retry=True)
+            outcome = await self._main.call(finish, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self.stats.report_errors += 1
             self._unreported.add(job.attempt_id)
@@ -532,10 +587,10 @@ class AsyncWorker:
             setattr(self.stats, outcome, getattr(self.stats, outcome) + 1)
 
     async def _report_unrecorded(self, job: Claimed, why: str) -> None:
-        """Fail the attempt once with an error saying why its result cannot be recorded."""
+        """Mark the attempt unknown: its result cannot be sent (the reason logged)."""
         text = f"UnrecordableResult: the handler's result cannot be recorded: {why}"
         log.error("%s: attempt %d of job %d: %s", self.name, job.attempt_id, job.job_id, text)
-        if await self._report_failure(job, text[:MAX_ERROR], None):
+        if await self._report_unknown(job, text[:MAX_ERROR]):
             self.stats.unrecorded += 1
 
     async def _report_failure(self, job: Claimed, error: str,
@@ -550,7 +605,7 @@ class AsyncWorker:
                     return "failed"
                 raise
         try:
-            await self._main.call(fail, retry=True)
+            await self._main.call(fail, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self.stats.report_errors += 1
             self._unreported.add(job.attempt_id)
@@ -636,6 +691,7 @@ class AsyncReconciler:
         self._stopping = asyncio.Event()
         self._stopped_at = 0.0
         self._link = _ALink(self, "jobguard reconciler", self._gives_up)  # type: ignore[arg-type]
+        self._lease_delay = 0.0   # the wait after the last failed claim_unknown
 
     def stop(self) -> None:
         """The current call finishes, the batch's answers are reported."""
@@ -685,6 +741,18 @@ class AsyncReconciler:
                     rows = await self._link.call(lease, retry=True)
                 except _GaveUp:
                     break
+                except psycopg.Error as err:
+                    self.stats.claim_errors += 1
+                    self._lease_delay = min(max(self._lease_delay * 2, self.reconnect_min),
+                                            self.reconnect_max)
+                    log.error("%s: claim_unknown failed (%s); again in %.1fs", self.name,
+                              str(err).strip(), self._lease_delay)
+                    try:
+                        await asyncio.wait_for(self._stopping.wait(), self._lease_delay)
+                    except asyncio.TimeoutError:
+                        pass
+                    continue
+                self._lease_delay = 0.0
                 self.stats.claimed += len(rows)
                 if rows:
                     await self._run_batch(rows)
@@ -741,7 +809,7 @@ class AsyncReconciler:
                     return "failed"
                 raise
         try:
-            await self._link.call(fail, retry=True)
+            await self._link.call(fail, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self.stats.report_errors += 1
             log.error("%s: could not fail attempt %d of job %d: %s", self.name, row.attempt_id,
@@ -760,7 +828,7 @@ class AsyncReconciler:
             return await run(conn, api.finish_many.steps(conn, [r.attempt_id for r in rows],
                                                          [res for _, res in results]))
         try:
-            outcomes = await self._link.call(many, retry=True)
+            outcomes = await self._link.call(many, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self.stats.report_errors += len(rows)
             log.error("%s: could not report %d results: %s", self.name, len(rows), err)

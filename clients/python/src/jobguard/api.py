@@ -208,12 +208,37 @@ def _interval(value: Optional[Seconds]) -> Optional[timedelta]:
     return timedelta(seconds=value)
 
 
+#: Whether the calls may let psycopg prepare their statements on the server
+#: (its ``prepare_threshold``).  Off: behind a transaction-mode pooler
+#: (pgbouncer) a prepared statement's name is shared by every client of a
+#: server connection, and a call can run another client's statement.  Set
+#: it to True only where every connection is a session of its own (direct,
+#: or a session-mode pooler).
+prepare_statements = False
+
+
+def prepare_flag() -> Optional[bool]:
+    """The ``prepare`` argument for ``execute``: False (never prepare) unless
+    ``prepare_statements`` is set, then None (psycopg's own threshold)."""
+    return None if prepare_statements else False
+
+
+def connect_options(connect_kwargs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The keyword arguments for a connection the client opens itself: no
+    server-side prepared statements (``prepare_threshold=None``) unless
+    ``prepare_statements`` is set or the caller names a threshold."""
+    options: Dict[str, Any] = {} if prepare_statements else {"prepare_threshold": None}
+    options.update(connect_kwargs or {})
+    return options
+
+
 def _rows(conn: Conn, sql: str, args: Sequence[Any]) -> List[Dict[str, Any]]:
     """Run one statement and return its rows as dicts; a jobguard SQLSTATE
-    always comes out as its own class (see ``errors.translate``)."""
+    always comes out as its own class (see ``errors.translate``).  Never a
+    prepared statement unless ``prepare_statements`` is set."""
     try:
         with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(sql, args)
+            cur.execute(sql, args, prepare=prepare_flag())
             return cur.fetchall()
     except psycopg.Error as err:
         new = translate(err)

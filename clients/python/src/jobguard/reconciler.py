@@ -18,7 +18,11 @@ each, an ``Unknown`` row: look the attempt up at its provider by
 Exactly once: ``reconcile`` is called at most once per row of one
 ``claim_unknown`` call, and each answer is reported once (a report lost
 with its connection is repeated on a new one; an equal result gets the
-same outcome).  ``stop()`` (or SIGTERM / SIGINT while ``run()`` is in the
+same outcome; one that meets a server error that is no refusal of it — a
+statement timeout, a serialization failure — is tried again, and one
+that still cannot be recorded leaves the attempt unknown).  A server error
+in ``claim_unknown`` is logged and the lease tried again with backoff; it
+never ends ``run()``.  ``stop()`` (or SIGTERM / SIGINT while ``run()`` is in the
 main thread) lets the current call finish, reports the answers of the
 batch so far, and returns; the rest of the batch is not asked (its lease
 ends).
@@ -42,8 +46,8 @@ import psycopg
 from . import api
 from .api import Seconds, Unknown
 from .errors import InvalidTransition
-from .worker import (NOT_REPORTABLE, InProgress, ProviderRefused, _GaveUp, _Link, _secs,
-                     error_text, retry_in_of, unrecordable)
+from .worker import (NOT_REPORTABLE, REPORT_TRIES, InProgress, ProviderRefused, _GaveUp, _Link,
+                     _secs, error_text, retry_in_of, unrecordable)
 
 __all__ = ["Reconciler", "ReconcilerStats", "Reconcile"]
 
@@ -66,6 +70,8 @@ class ReconcilerStats:
     left: int = 0           #: left unknown: None returned, or InProgress
     errors: int = 0         #: left unknown: reconcile raised, or its result cannot be recorded
     report_errors: int = 0  #: reports the server refused or that could not be delivered
+    report_retries: int = 0  #: reports tried again after a server error that was no refusal
+    claim_errors: int = 0   #: claim_unknown calls that met a server error (logged, tried again)
     reconnects: int = 0     #: connections opened again after one was lost
 
 
@@ -170,6 +176,7 @@ class Reconciler:
         self._stopping = threading.Event()
         self._stopped_at = 0.0
         self._link = _Link(self, "jobguard reconciler", self._gives_up)  # type: ignore[arg-type]
+        self._lease_delay = 0.0   # the wait after the last failed claim_unknown
 
     def stop(self) -> None:
         """The current call finishes, the batch's answers are reported, no
@@ -210,6 +217,11 @@ class Reconciler:
                                                           self.lease), retry=True)
                 except _GaveUp:
                     break
+                except psycopg.Error as err:
+                    delay = self._lease_failed(err)
+                    self._stopping.wait(delay)
+                    continue
+                self._lease_delay = 0.0
                 self.stats.claimed += len(rows)
                 if rows:
                     self._run_batch(rows)
@@ -222,6 +234,17 @@ class Reconciler:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         return self.stats
+
+    def _lease_failed(self, err: psycopg.Error) -> float:
+        """claim_unknown met a server error: log and count it; the wait
+        before the next try (doubling from reconnect_min up to
+        reconnect_max)."""
+        self.stats.claim_errors += 1
+        self._lease_delay = min(max(self._lease_delay * 2, self.reconnect_min),
+                                self.reconnect_max)
+        log.error("%s: claim_unknown failed (%s); again in %.1fs", self.name,
+                  str(err).strip(), self._lease_delay)
+        return self._lease_delay
 
     def _on_signal(self, signum: int, frame: Optional[FrameType]) -> None:
         """SIGTERM / SIGINT: stop; a second signal interrupts the call."""
@@ -263,7 +286,7 @@ class Reconciler:
                     return "failed"
                 raise
         try:
-            self._link.call(fail, retry=True)
+            self._link.call(fail, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self.stats.report_errors += 1
             log.error("%s: could not fail attempt %d of job %d: %s", self.name, row.attempt_id,
@@ -280,7 +303,8 @@ class Reconciler:
         try:
             outcomes = self._link.call(
                 lambda conn, _: api.finish_many(conn, [r.attempt_id for r in rows],
-                                                [res for _, res in results]), retry=True)
+                                                [res for _, res in results]), retry=True,
+                transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self.stats.report_errors += len(rows)
             log.error("%s: could not report %d results: %s", self.name, len(rows), err)

@@ -6,15 +6,22 @@ handler's return value is the result (``finish``; with ``batch`` > 1 the
 batch's results are recorded together by one ``finish_many`` when the batch
 ends), an exception fails the attempt (``fail``; ``ProviderRefused`` says
 "the provider said no", ``RetryLater``, or any exception with a
-``retry_in`` attribute, holds the retry back that long), and ``InProgress``
-("the provider says this key is still being processed") marks it unknown
-(``mark_unknown``), never failed: a failed attempt's successor gets a new
-provider key, and the first request may still be running.  Send
+``retry_in`` attribute, holds the retry back that long) — only the
+provider's refusal fails an attempt.  Any other exception, and
+``InProgress`` ("the provider says this key is still being processed"),
+marks it unknown (``mark_unknown``), never failed: a failed attempt's
+successor gets a new provider key, and the first request may have been
+done, or may still be running.  Send
 ``job.provider_key`` to the provider as its idempotency key; a redrive
 (``job.redrive``) is the same request again under the same key, and runs
 the same handler.  A result that cannot be
-recorded (None, not JSON, too large, refused by ``finish_attempt``) fails
-the attempt with an error saying why.  While a batch is held, a
+sent (None, not JSON, too large for the server) marks the attempt unknown,
+the reason logged.  A report that meets any other server error (a
+statement timeout, a serialization failure, a shutdown, a lost
+connection) is tried again, the same report; one that still cannot be
+recorded leaves the attempt open (its deadline makes it unknown).  It is
+never failed for that: the provider did the work.  A server error in
+``claim`` is logged and the claim tried again with backoff.  While a batch is held, a
 background thread heartbeats its attempts on a connection of its own, so a
 long handler keeps its attempt.  A lost connection is reopened with
 backoff; a report is repeated on the new connection (``finish`` with an
@@ -87,6 +94,28 @@ OWN_OPEN_ATTEMPTS = """
 #: exceptions InvalidTransition, ResultMismatch, AttemptNotFound of finish
 NOT_REPORTABLE = ("JG006", "JG007", "JG009")
 
+#: how many times in all a report is tried that meets a server error on an
+#: intact connection that is not a refusal of it (lost connections are
+#: tried again until the worker gives up, as before)
+REPORT_TRIES = 6
+
+
+def retryable(err: BaseException) -> bool:
+    """Whether a statement that raised ``err`` on an intact connection may
+    be tried again as it was: anything but jobguard's own refusals (JG...)
+    and the errors of a value the server cannot take (classes 22 and 54: a
+    result that cannot be sent).  A statement timeout, a serialization
+    failure, a lock timeout or an unexpected error are tried again."""
+    state = getattr(err, "sqlstate", None) or ""
+    return not (state.startswith("JG") or state[:2] in ("22", "54"))
+
+
+def is_refusal(err: BaseException) -> bool:
+    """Whether a handler's exception says the provider refused (it did not
+    do the work): ``ProviderRefused`` and its subclasses, or any exception
+    with a ``retry_in`` attribute.  Only these fail an attempt."""
+    return isinstance(err, ProviderRefused) or retry_in_of(err) is not None
+
 
 def error_text(err: BaseException) -> str:
     """The error an attempt records for a handler's exception."""
@@ -139,9 +168,12 @@ class WorkerStats:
     won: int = 0              #: results that became the job's result
     lost: int = 0             #: results that lost to another attempt or a cancel
     rejected: int = 0         #: results that broke the output contract
-    failed: int = 0           #: attempts failed because the handler raised
+    failed: int = 0           #: attempts failed because the provider refused (ProviderRefused)
     in_progress: int = 0      #: attempts marked unknown because the handler raised InProgress
-    unrecorded: int = 0       #: attempts failed because their result could not be recorded
+    handler_errors: int = 0   #: attempts marked unknown because the handler raised another error
+    unrecorded: int = 0       #: attempts marked unknown because their result cannot be sent
+    report_retries: int = 0   #: reports tried again after a server error that was no refusal
+    claim_errors: int = 0     #: claims that met a server error (logged, tried again)
     released: int = 0         #: claimed attempts handed back unrun at shutdown
     report_errors: int = 0    #: reports the server refused or that could not be delivered
     heartbeats: int = 0       #: deadlines pushed back
@@ -197,7 +229,7 @@ class _Link:
             try:
                 self._conn = psycopg.connect(self._worker.conninfo, autocommit=True,
                                              application_name=self._appname,
-                                             **self._worker.connect_kwargs)
+                                             **api.connect_options(self._worker.connect_kwargs))
             except psycopg.OperationalError as err:
                 if self._give_up():
                     raise _GaveUp(str(err)) from err
@@ -211,10 +243,12 @@ class _Link:
             self._ever = True
         return self._conn
 
-    def call(self, fn: Callable[[Conn, int], T], retry: bool) -> T:
+    def call(self, fn: Callable[[Conn, int], T], retry: bool, transient: int = 0) -> T:
         """``fn(conn, tries)`` on the connection.  When the connection is
         lost: with ``retry``, reconnect and call again (``tries`` counts the
-        earlier calls), else raise ``_Lost``.  Other errors propagate."""
+        earlier calls), else raise ``_Lost``.  A server error on an intact
+        connection that is ``retryable`` is tried again, with backoff, up to
+        ``transient`` more times; other errors propagate."""
         tries = 0
         delay = self._worker.reconnect_min
         while True:
@@ -223,7 +257,16 @@ class _Link:
                 return fn(conn, tries)
             except psycopg.Error as err:
                 if not (conn.closed or conn.broken):
-                    raise
+                    if transient <= 0 or not retryable(err) or self._give_up():
+                        raise
+                    transient -= 1
+                    tries += 1
+                    self._worker._count("report_retries")
+                    log.warning("%s: %s; trying the same statement again in %.1fs",
+                                self._appname, str(err).strip(), delay)
+                    time.sleep(delay)
+                    delay = min(delay * 2, self._worker.reconnect_max)
+                    continue
                 log.warning("%s: connection lost (%s)", self._appname, str(err).strip())
                 self.close()
                 if not retry:
@@ -298,6 +341,7 @@ class Worker:
         self._untouchable: set[AttemptId] = set()  # open attempts never to run
         self._started_up = False      # the open attempts found at start were dealt with
         self._claim_lost = False      # a claim's answer was lost: look for what it began
+        self._claim_delay = 0.0       # the wait after the last failed claim
         self._finish_many: Optional[bool] = None   # the database has finish_many
         self._held_lock = threading.Lock()
         self._stopping = threading.Event()
@@ -399,6 +443,9 @@ class Worker:
                     return adopted
         except _Lost:
             return []
+        except psycopg.Error as err:
+            self._claim_failed(err)
+            return []
         # a claim that waited begins its attempts when the work came (their
         # whole timeout ahead); waiting at most a third of the timeout per
         # claim keeps the loop responsive to shutdown and to its own lease
@@ -410,8 +457,26 @@ class Worker:
         except _Lost:
             self._claim_lost = True   # the next round finds whatever that claim began
             return []
+        except psycopg.Error as err:
+            self._claim_failed(err)
+            return []
+        self._claim_delay = 0.0
         self._count("claimed", len(jobs))
         return jobs
+
+    def _claim_failed(self, err: psycopg.Error) -> None:
+        """A claim (or the look-up of its own open attempts) met a server
+        error: log it, wait (doubling from reconnect_min up to
+        reconnect_max, or until stopped) and let the loop try again.  Its
+        transaction was rolled back, but the next round looks for open
+        attempts of this worker all the same."""
+        self._count("claim_errors")
+        self._claim_lost = True
+        self._claim_delay = min(max(self._claim_delay * 2, self.reconnect_min),
+                                self.reconnect_max)
+        log.error("%s: claim failed (%s); again in %.1fs", self.name,
+                  str(err).strip(), self._claim_delay)
+        self._stopping.wait(self._claim_delay)
 
     def _mark_earlier(self, job: Claimed) -> None:
         """An open attempt of this worker's name from before it started:
@@ -444,7 +509,7 @@ class Worker:
             held = list(self._held)
         held += list(self._ran) + list(self._untouchable)
         with conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(OWN_OPEN_ATTEMPTS, (self.name, held))
+            cur.execute(OWN_OPEN_ATTEMPTS, (self.name, held), prepare=api.prepare_flag())
             return [api.claimed(r) for r in cur.fetchall()]
 
     # -- running ---------------------------------------------------------
@@ -498,7 +563,10 @@ class Worker:
             if self._report_in_progress(job):
                 self._count("in_progress")
         except Exception as err:  # the handler's failure, whatever it is
-            if self._report_failure(job, error_text(err), retry_in_of(err)):
+            if not is_refusal(err):
+                if self._report_unknown(job, f"the handler raised {error_text(err)}"):
+                    self._count("handler_errors")
+            elif self._report_failure(job, error_text(err), retry_in_of(err)):
                 self._count("failed")
         else:
             why = unrecordable(result)
@@ -533,7 +601,7 @@ class Worker:
                 self._finish_many = bool(self._main.call(
                     lambda conn, _: conn.execute(
                         "SELECT to_regprocedure('jobguard.finish_many(bigint[], jsonb[])')"
-                        " IS NOT NULL").fetchone()[0],  # type: ignore[index]
+                        " IS NOT NULL", prepare=api.prepare_flag()).fetchone()[0],  # type: ignore[index]
                     retry=True))
             except (_GaveUp, psycopg.Error):
                 return False   # this time: finish_attempt each
@@ -546,7 +614,8 @@ class Worker:
         try:
             rows = self._main.call(
                 lambda conn, _: api.finish_many(conn, [j.attempt_id for j, _ in done],
-                                                [r for _, r in done]), retry=True)
+                                                [r for _, r in done]), retry=True,
+                transient=REPORT_TRIES - 1)
         except (_GaveUp, _Lost) as err:
             for job, _ in done:
                 self._count("report_errors")
@@ -560,7 +629,7 @@ class Worker:
             for job, result in done:
                 self._report_result(job, result)
             return
-        for (job, _), row in zip(done, rows):
+        for (job, result), row in zip(done, rows):
             if row.outcome is not None:
                 self._count(row.outcome)
             elif row.sqlstate in NOT_REPORTABLE:
@@ -568,6 +637,8 @@ class Worker:
                 self._unreported.add(job.attempt_id)
                 log.error("%s: could not report the result of attempt %d of job %d: %s",
                           self.name, job.attempt_id, job.job_id, row.message)
+            elif retryable(row):
+                self._report_result(job, result)   # the same report, alone, tried again
             else:
                 self._report_unrecorded(job, f"finish_many refused it ({row.sqlstate}: "
                                              f"{row.message})")
@@ -575,19 +646,30 @@ class Worker:
     def _report_in_progress(self, job: Claimed) -> bool:
         """The provider says the key is still being processed: mark the
         attempt unknown (never fail it).  True once it is unknown."""
+        return self._report_unknown(job, "it is still in progress at the provider")
+
+    def _report_unknown(self, job: Claimed, why: str) -> bool:
+        """Mark the attempt unknown (the provider may have done the work:
+        redrive or reconciliation decide), the reason logged; tried again
+        like every report.  True once it is unknown."""
         def mark(conn: Conn, tries: int) -> str:
-            """One try at mark_unknown."""
-            return api.mark_unknown(conn, job.attempt_id)
+            """One try at mark_unknown; a repeat finding it unknown is done."""
+            try:
+                return api.mark_unknown(conn, job.attempt_id)
+            except InvalidTransition as err:
+                if tries > 0 and err.state == "unknown":
+                    return "unknown"
+                raise
         try:
-            self._main.call(mark, retry=True)
+            self._main.call(mark, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self._count("report_errors")
             self._unreported.add(job.attempt_id)
             log.error("%s: could not mark attempt %d of job %d unknown: %s", self.name,
                       job.attempt_id, job.job_id, err)
             return False
-        log.info("%s: attempt %d of job %d is still in progress at the provider; "
-                 "marked unknown", self.name, job.attempt_id, job.job_id)
+        log.warning("%s: attempt %d of job %d marked unknown: %s", self.name,
+                    job.attempt_id, job.job_id, why)
         return True
 
     def _forget(self, job: Claimed) -> None:
@@ -598,9 +680,11 @@ class Worker:
             self._ran.discard(job.attempt_id)
 
     def _report_result(self, job: Claimed, result: Any) -> None:
-        """finish the attempt; repeated after a lost connection (an equal
-        result gets the same outcome).  A result the server refuses (too
-        large, not valid jsonb, ...) fails the attempt instead."""
+        """finish the attempt; repeated after a lost connection or a server
+        error that is no refusal (an equal result gets the same outcome).
+        A result the server cannot take (too large, not valid jsonb) marks
+        the attempt unknown instead; one that still cannot be recorded
+        leaves it open."""
         refused: List[psycopg.Error] = []
 
         def finish(conn: Conn, tries: int) -> str:
@@ -610,12 +694,12 @@ class Worker:
             except (InvalidTransition, AttemptNotFound, ResultMismatch):
                 raise
             except psycopg.Error as err:
-                if conn.closed or conn.broken:
+                if conn.closed or conn.broken or retryable(err):
                     raise
-                refused.append(err)   # the server cannot record this result
+                refused.append(err)   # the server cannot take this result
                 return "refused"
         try:
-            outcome = self._main.call(finish, retry=True)
+            outcome = self._main.call(finish, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self._count("report_errors")
             self._unreported.add(job.attempt_id)
@@ -631,11 +715,11 @@ class Worker:
             self._count(outcome)
 
     def _report_unrecorded(self, job: Claimed, why: str) -> None:
-        """The handler's result cannot be recorded: fail the attempt with an
-        error saying why (once)."""
+        """The handler's result cannot be sent: mark the attempt unknown
+        (the provider may have done the work), the reason logged."""
         text = f"UnrecordableResult: the handler's result cannot be recorded: {why}"
         log.error("%s: attempt %d of job %d: %s", self.name, job.attempt_id, job.job_id, text)
-        if self._report_failure(job, text[:MAX_ERROR], None):
+        if self._report_unknown(job, text[:MAX_ERROR]):
             self._count("unrecorded")
 
     def _report_failure(self, job: Claimed, error: str, retry_in: Optional[Seconds]) -> bool:
@@ -651,7 +735,7 @@ class Worker:
                     return "failed"
                 raise
         try:
-            self._main.call(fail, retry=True)
+            self._main.call(fail, retry=True, transient=REPORT_TRIES - 1)
         except (_GaveUp, psycopg.Error) as err:
             self._count("report_errors")
             self._unreported.add(job.attempt_id)
