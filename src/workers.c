@@ -54,13 +54,17 @@ PG_FUNCTION_INFO_V1(jobguard_claim);
 PG_FUNCTION_INFO_V1(jobguard_claim_unknown);
 PG_FUNCTION_INFO_V1(jobguard_heartbeat);
 
+static int64 interval_ms(const Interval *span);
+
 /*
  * interval_arg: a required interval argument that must be greater
- * than zero (or, allow_zero, not negative), and at most 100 years; 22004
- * / 22023 otherwise.
+ * than zero (or, allow_zero, not negative), and at most 100 years, or —
+ * a wait of function `waits` (non-NULL) — at most 366 days
+ * (require_wait_limit); 22004 / 22023 otherwise.
  */
 static Datum
-interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool allow_zero)
+interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool allow_zero,
+			 const char *waits)
 {
 	Interval	zero_interval = {0};
 	Datum		value;
@@ -76,7 +80,10 @@ interval_arg(FunctionCallInfo fcinfo, int argno, const char *name, bool allow_ze
 				 errmsg(allow_zero ? "argument \"%s\" must not be negative" :
 						"argument \"%s\" must be greater than zero", name),
 				 errdetail("It is %s.", DatumGetCString(DirectFunctionCall1(interval_out, value)))));
-	require_duration(value, name);
+	if (waits != NULL)
+		require_wait_limit(interval_ms(DatumGetIntervalP(value)), name, waits);
+	else
+		require_duration(value, name);
 	return value;
 }
 
@@ -308,7 +315,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"operations\" must be a one-dimensional array")));
-	req.timeout = interval_arg(fcinfo, 2, "timeout", false);
+	req.timeout = interval_arg(fcinfo, 2, "timeout", false, NULL);
 	require_arg(fcinfo, 3, "max_jobs");
 	req.max_jobs = PG_GETARG_INT32(3);
 	if (req.max_jobs < 1 || req.max_jobs > MAX_CLAIM_JOBS)
@@ -317,8 +324,7 @@ jobguard_claim(PG_FUNCTION_ARGS)
 				 errmsg("argument \"max_jobs\" must be 1 to %d", MAX_CLAIM_JOBS),
 				 errdetail("It is %d.", req.max_jobs)));
 	req.provider = optional_text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS, &req.provider_null);
-	wait = DatumGetIntervalP(interval_arg(fcinfo, 5, "wait", true));
-	require_wait_limit(interval_ms(wait), "wait", "claim");
+	wait = DatumGetIntervalP(interval_arg(fcinfo, 5, "wait", true, "claim"));
 	if (interval_ms(wait) > 0 && IsolationUsesXactSnapshot())
 		ereport(ERROR,
 				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
@@ -367,7 +373,7 @@ jobguard_heartbeat(PG_FUNCTION_ARGS)
 	int64		attempt_id = int64_arg(fcinfo, 0, "attempt_id");
 	bool		extend_by_null = PG_ARGISNULL(1);
 	Datum		extend_by = extend_by_null ? (Datum) 0 :
-		interval_arg(fcinfo, 1, "extend_by", false);
+		interval_arg(fcinfo, 1, "extend_by", false, NULL);
 	Oid			userid = GetUserId();
 	AttemptRow	attempt;
 	TimestampTz deadline;
@@ -422,9 +428,8 @@ jobguard_claim_unknown(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"max_rows\" must be 1 to %d", MAX_CLAIM_JOBS),
 				 errdetail("It is %d.", max_rows)));
-	older_than = interval_arg(fcinfo, 3, "older_than", true);
-	lease = interval_arg(fcinfo, 4, "lease", false);
-	require_wait_limit(interval_ms(DatumGetIntervalP(lease)), "lease", "claim_unknown");
+	older_than = interval_arg(fcinfo, 3, "older_than", true, NULL);
+	lease = interval_arg(fcinfo, 4, "lease", false, "claim_unknown");
 	scope = scopes_acting_scope(GetUserId());
 
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
