@@ -589,6 +589,96 @@ def node_heartbeats(problems: List[str]) -> Dict[str, Any]:
     return out
 
 
+def session_state(problems: List[str]) -> Dict[str, Any]:
+    """What doc/poolers.md says of session state behind a transaction-mode
+    pooler, as pgbouncer does it (a database alias with a pool of 2): a
+    SET is lost for the client that set it and leaks into another client,
+    and a LISTEN's notifications go to whichever client holds the server
+    connection next, not to the listener."""
+    def conn() -> psycopg.Connection:
+        return psycopg.connect(pooled(DB + "_two"), autocommit=True)
+    with conn() as a, conn() as b:
+        for c in (a, b):           # two server connections in the pool
+            c.execute("BEGIN")
+        for c in (a, b):
+            c.execute("COMMIT")
+        a.execute("SET jobguard.notify = off")
+        b.execute("BEGIN")         # b holds the server connection a's SET ran on
+        seen_a = a.execute("SHOW jobguard.notify").fetchone()[0]
+        seen_b = b.execute("SHOW jobguard.notify").fetchone()[0]
+        b.execute("COMMIT")
+        for c in (a, b):
+            c.execute("RESET jobguard.notify")
+        got: Dict[str, List[str]] = {"a": [], "b": []}
+        a.add_notify_handler(lambda n: got["a"].append(n.payload))
+        b.add_notify_handler(lambda n: got["b"].append(n.payload))
+        a.execute("LISTEN jobguard_jobs")
+        b.execute("BEGIN")
+        b.execute("SELECT 1")
+        with direct() as d:
+            j = d.execute("SELECT job_id FROM jobguard.submit('listen', 'k', 'pooler-listen', '{}', 'psp')"
+                          ).fetchone()[0]
+            at = d.execute("SELECT jobguard.begin_attempt(%s)", (j,)).fetchone()[0]
+            d.execute("SELECT jobguard.finish_attempt(%s, '{}')", (at,))
+        time.sleep(0.3)
+        for _ in range(3):
+            a.execute("SELECT 1")
+        b.execute("COMMIT")
+        time.sleep(0.3)
+        for _ in range(3):
+            b.execute("SELECT 1")
+        a.execute("UNLISTEN *")
+        b.execute("UNLISTEN *")
+    counts = {"notify_seen_by_setter": seen_a, "notify_seen_by_other": seen_b,
+              "notifications_to_listener": len(got["a"]), "notifications_to_other": len(got["b"])}
+    if (seen_a, seen_b) != ("on", "off"):
+        problems.append(f"SET jobguard.notify = off: the setter saw {seen_a}, another client {seen_b}")
+    if got["a"] or got["b"] != [f"{j}:succeeded"]:
+        problems.append(f"LISTEN: the listener got {got['a']}, another client {got['b']}")
+    return counts
+
+
+def waiting_claims(problems: List[str]) -> Dict[str, Any]:
+    """A waiting claim holds its server connection: with 3 claims waiting
+    (the pool's size) an application's submit through the same pool waits
+    for one of them to end; with the workers on a pool of their own (a
+    second pgbouncer database entry) it does not."""
+    wait = 4.0
+
+    def submit_ms(tag: str) -> float:
+        with psycopg.connect(pooled(), autocommit=True) as c:
+            t0 = time.monotonic()
+            jobguard.submit(c, "app", f"wait-{tag}", "pooler-app", {}, "psp")
+            return (time.monotonic() - t0) * 1000
+
+    def claims(db: str) -> List[threading.Thread]:
+        def one() -> None:
+            with psycopg.connect(pooled(db), autocommit=True) as c:
+                jobguard.claim(c, "idle-worker", ["pooler-nothing"], wait=wait)
+        ts = [threading.Thread(target=one, daemon=True) for _ in range(3)]
+        for t in ts:
+            t.start()
+        time.sleep(0.5)           # the claims are waiting
+        return ts
+    alone = submit_ms("alone")
+    ts = claims(DB)
+    shared = submit_ms("shared")
+    for t in ts:
+        t.join(wait + 5)
+    ts = claims(DB + "_workers")
+    own = submit_ms("own")
+    for t in ts:
+        t.join(wait + 5)
+    counts = {"waiting_claims": 3, "pool_size": 3, "claim_wait_s": wait,
+              "submit_ms_no_claims": round(alone, 1), "submit_ms_claims_same_pool": round(shared, 1),
+              "submit_ms_claims_own_pool": round(own, 1)}
+    if shared < 1000:
+        problems.append(f"a submit behind 3 waiting claims took only {shared:.0f} ms")
+    if own > 1000 or alone > 1000:
+        problems.append(f"a submit took {alone:.0f} ms alone, {own:.0f} ms with the workers on their own pool")
+    return counts
+
+
 CHECKS = [
     ("pooler-readme-sql", readme_sql),
     ("pooler-python-quickstart", quickstart("python")),
@@ -602,6 +692,8 @@ CHECKS = [
     ("pooler-python-aio", python_aio),
     ("pooler-python-heartbeats", python_heartbeats),
     ("pooler-node-heartbeats", node_heartbeats),
+    ("pooler-session-state", session_state),
+    ("pooler-waiting-claims", waiting_claims),
 ]
 
 if __name__ == "__main__":
