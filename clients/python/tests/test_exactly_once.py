@@ -32,11 +32,14 @@ RESTART = os.environ.get("JOBGUARD_TEST_RESTART")
 #: attempts must end as, what their error must say, what cuts the finish)
 CASES: Dict[str, tuple[List[str], Optional[str], Optional[str]]] = {
     "ok": (["succeeded"], None, None),
-    "raises": (["failed", "failed"], r"^ValueError: raised", None),
-    "none": (["failed", "failed"], r"^UnrecordableResult: .*returned None", None),
-    "not_json": (["failed", "failed"], r"^UnrecordableResult: .*not JSON", None),
-    "nan": (["failed", "failed"], r"^UnrecordableResult: .*not JSON", None),
-    "too_large": (["failed", "failed"], r"^UnrecordableResult: .*54000", None),
+    # only a refusal fails an attempt: another exception, or a result that
+    # cannot be sent, leaves it unknown (the provider may have done the work)
+    "refused": (["failed", "failed"], r"^ProviderRefused: refused", None),
+    "raises": (["unknown"], None, None),
+    "none": (["unknown"], None, None),
+    "not_json": (["unknown"], None, None),
+    "nan": (["unknown"], None, None),
+    "too_large": (["unknown"], None, None),
     "contract": (["failed", "failed"], r"charge_id", None),
     "dropped": (["succeeded"], None, "terminate"),
     "restarted": (["succeeded"], None, "restart"),
@@ -163,6 +166,8 @@ def test_each_handler_runs_exactly_once_per_attempt(database: str, kind: str,
         with calls_lock:
             calls[job.attempt_id] += 1
         case = job.params["kind"]
+        if case == "refused":
+            raise jobguard.ProviderRefused("refused", retry_in=0)
         if case == "raises":
             raise ValueError("raised")
         if case == "none":
@@ -194,7 +199,8 @@ def test_each_handler_runs_exactly_once_per_attempt(database: str, kind: str,
             if any(n > 1 for n in calls.values()):
                 return True
         rows = query(conninfo, """SELECT count(*) FROM jobguard.job_overview
-                                   WHERE operation = %s AND state IN ('succeeded', 'failed')""",
+                                   WHERE operation = %s
+                                     AND state IN ('succeeded', 'failed', 'unknown')""",
                      (op,))
         return bool(rows[0][0] == len(cases))
 

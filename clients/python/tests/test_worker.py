@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 import jobguard
-from jobguard import Claimed, RetryLater, Worker, WorkerStats
+from jobguard import Claimed, ProviderRefused, RetryLater, Worker, WorkerStats
 
 Conn = psycopg.Connection[Any]
 
@@ -152,9 +152,9 @@ def test_heartbeats_keep_a_long_handler_in_time(database: str, conn: Conn) -> No
 
 
 def test_handler_errors_fail_the_attempt_and_retry_per_backoff(database: str, conn: Conn) -> None:
-    """An exception fails the attempt with its text; the job is claimed again
-    after the operation's backoff (0.5 s), or after RetryLater's retry_in
-    (1.2 s), and then succeeds."""
+    """A refusal (ProviderRefused) fails the attempt with its text; the job
+    is claimed again after the operation's backoff (0.5 s), or after
+    RetryLater's retry_in (1.2 s), and then succeeds."""
     op = fresh_op(conn, "0.5 seconds")
     plain, later = submit_n(conn, op, 2)
     called: Dict[int, List[float]] = collections.defaultdict(list)
@@ -163,7 +163,7 @@ def test_handler_errors_fail_the_attempt_and_retry_per_backoff(database: str, co
         """Note the time; fail each job's first attempt, one way per job."""
         called[job.job_id].append(time.monotonic())
         if job.attempt_no == 1 and job.job_id == plain:
-            raise ValueError("card declined")
+            raise ProviderRefused("card declined")
         if job.attempt_no == 1:
             raise RetryLater("provider busy", retry_in=timedelta(seconds=1.2))
         return {"attempt": job.attempt_no}
@@ -171,7 +171,7 @@ def test_handler_errors_fail_the_attempt_and_retry_per_backoff(database: str, co
     w = Worker(handler, conninfo=f"dbname={database}", operations=[op], batch=2, wait=2)
     start(w, until_idle=True).join(30)
     assert (w.stats.failed, w.stats.won) == (2, 2)
-    for job_id, error, gap in ((plain, "ValueError: card declined", 0.5),
+    for job_id, error, gap in ((plain, "ProviderRefused: card declined", 0.5),
                                (later, "RetryLater: provider busy", 1.2)):
         a1, a2 = jobguard.attempts(conn, job_id)
         assert (a1["state"], a1["error"], a2["state"]) == ("failed", error, "succeeded")
