@@ -11,6 +11,8 @@
 #   make bench-growth         growth, bloat and memory over millions of jobs
 #   make test-random          the differential random test, long (10 minutes)
 #   make test-valgrind        the SQL suites against a server under valgrind
+#   make test-fuzz            sqlsmith and hostile calls in every transaction
+#                             context (FUZZ_MINUTES, default 10)
 #   make soak                 30 minutes of mixed load, kills and a crash (SOAK_MINUTES)
 
 EXTENSION   = jobguard
@@ -60,7 +62,7 @@ all install installcheck:
 	@exit 1
 endif
 
-.PHONY: test demo bench bench-growth test-random test-valgrind soak
+.PHONY: test demo bench bench-growth test-random test-valgrind test-fuzz soak
 test:
 	@scripts/run-tests
 
@@ -71,6 +73,12 @@ test-random:
 # the pg_regress and isolation suites on a server run under valgrind
 test-valgrind:
 	@scripts/run-valgrind
+
+# sqlsmith and jobguard's own hostile calls for FUZZ_MINUTES (default 10)
+# minutes; fails on a crash, an internal error, a broken invariant or index,
+# or any change of roles or grants (doc/testing.md, "Fuzzing")
+test-fuzz:
+	@scripts/run-fuzz --minutes $${FUZZ_MINUTES:-10}
 
 # the soak test for SOAK_MINUTES (default 30) minutes; its report in bench/results/soak.md
 soak:
