@@ -275,12 +275,20 @@ export interface WorkerStats {
   won: number;
   lost: number;
   rejected: number;
+  /** attempts failed because the provider refused (ProviderRefused, RetryLater, a numeric retryInSeconds) */
   failed: number;
   /** attempts marked unknown because the handler threw InProgress */
   inProgress: number;
-  /** attempts failed because the handler's result could not be recorded */
+  /** attempts marked unknown because the handler threw an error that is not a refusal */
+  handlerErrors: number;
+  /** attempts marked unknown because the handler's result cannot be sent (undefined, null, not JSON, too large) */
   unrecorded: number;
   released: number;
+  /** claims (or look-ups of its own open attempts) that met a server error: logged, tried again with backoff */
+  claimErrors: number;
+  /** reports tried again after a server error that was not a refusal (a timeout, a serialization failure, ...) */
+  reportRetries: number;
+  /** reports that could not be recorded (the attempt left open) or were refused as never recordable */
   reportErrors: number;
   heartbeats: number;
   heartbeatsRefused: number;
@@ -300,7 +308,9 @@ export class Worker {
 }
 
 /** Thrown by a handler or a reconcile function: the provider said no.  The attempt
- * fails (the next one gets a new provider key), retried no sooner than retryInSeconds. */
+ * fails (the next one gets a new provider key), retried no sooner than retryInSeconds.
+ * Only this (or an error with a numeric retryInSeconds) fails an attempt: any other
+ * error a handler throws marks it unknown. */
 export class ProviderRefused extends Error {
   constructor(message: string, retryInSeconds?: number);
   retryInSeconds: number | undefined;
@@ -353,6 +363,11 @@ export interface ReconcilerStats {
   left: number;
   /** left unknown: reconcile threw, or its result cannot be recorded */
   errors: number;
+  /** claim_unknown rounds that met a server error: logged, tried again with backoff */
+  claimErrors: number;
+  /** reports tried again after a server error that was not a refusal */
+  reportRetries: number;
+  /** reports that could not be recorded (the attempt left unknown) */
   reportErrors: number;
   reconnects: number;
 }

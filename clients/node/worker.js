@@ -3,17 +3,25 @@
 // claims jobs (a batch at a time, waiting for work when there is none),
 // awaits handler(job) for each and reports: the resolved value is the
 // result (finish; with batch > 1 the batch's results are recorded together
-// by one finish_many when the batch ends), a rejection fails the attempt
-// (fail; ProviderRefused says "the provider said no"; it, RetryLater, or any
-// error with a numeric retryInSeconds holds the retry back that long), and
+// by one finish_many when the batch ends), a ProviderRefused ("the provider
+// said no"; RetryLater, or any error with a numeric retryInSeconds, holds
+// the retry back that long) fails the attempt (fail), and
 // InProgress ("the provider says this key is still being processed") marks
 // it unknown (mark_unknown), never failed: a failed attempt's successor
 // gets a new provider key while the first request may still be running.
 // Send job.provider_key to the provider as its idempotency key; a redrive
 // (job.redrive) is the same request again under the same key, and runs the
 // same handler.
-// A result that cannot be recorded (undefined, null, not JSON, too large,
-// refused by finish_attempt) fails the attempt with an error saying why.
+// Only the provider's refusal fails an attempt: any other error a handler
+// throws marks it unknown (the provider may have done the work).  A result
+// that cannot be sent (undefined, null, not JSON, too large for the
+// server) marks it unknown, the reason logged.  A report that meets any
+// server error but jobguard's refusal of it (a statement or lock timeout,
+// a serialization failure, a shutdown, a lost connection) is tried again,
+// the same report; one that still cannot be recorded leaves the attempt
+// open (its deadline makes it unknown), never failed.  A server error in
+// claim is logged and the claim tried again with backoff.  (The rules are
+// loop.js's, shared with the Reconciler.)
 // While a batch is held, its attempts are heartbeaten on a second pooled
 // connection, so a long handler keeps its attempt.  A lost connection is
 // opened again with backoff; a report is repeated on the new connection
@@ -28,65 +36,11 @@
 // before it started (an earlier process under the same name may have run
 // their handler) are marked unknown, not run.
 
-const os = require('node:os');
-const crypto = require('node:crypto');
-const { Pool } = require('pg');
 const api = require('./index');
-const { InvalidTransition, AttemptNotFound, ResultMismatch } = require('./errors');
-
-// the longest error text a failed attempt records
-const MAX_ERROR = 4000;
-
-// ProviderRefused: thrown by a handler or a reconcile function: the
-// provider said no (it did not do the work, and will not).  The attempt
-// fails, the gate opens, the next attempt gets a new provider key;
-// retryInSeconds (undefined: the operation's backoff) holds it back.
-class ProviderRefused extends Error {
-  // message: the attempt's error; retryInSeconds: the delay before a retry
-  constructor(message, retryInSeconds) {
-    super(message);
-    this.name = 'ProviderRefused';
-    this.retryInSeconds = retryInSeconds;
-  }
-}
-
-// RetryLater: thrown by a handler to fail the attempt and have claim hand
-// the job out again no sooner than retryInSeconds.
-class RetryLater extends ProviderRefused {
-  // message: the attempt's error; retryInSeconds: the delay before a retry
-  constructor(message, retryInSeconds) {
-    super(message, retryInSeconds);
-    this.name = 'RetryLater';
-  }
-}
-
-// InProgress: thrown by a handler: the provider says this provider key is
-// still being processed (Stripe: 409 idempotency_key_in_use).  Not a
-// failure: the attempt is marked unknown (mark_unknown), so that a redrive
-// or a reconciler asks again under the same key later.
-class InProgress extends Error {
-  // message: what the provider said
-  constructor(message = 'the provider is still processing this key') {
-    super(message);
-    this.name = 'InProgress';
-  }
-}
-
-// the SQLSTATEs of a finish that this attempt can never record (not open,
-// a different result, no such attempt): report errors, as finish's
-// InvalidTransition, ResultMismatch and AttemptNotFound
-const NOT_REPORTABLE = ['JG006', 'JG007', 'JG009'];
-
-// errorText: the error an attempt records for what a handler threw.
-function errorText(err) {
-  const name = (err && err.name) || 'Error';
-  return `${name}: ${err && err.message !== undefined ? err.message : String(err)}`.slice(0, MAX_ERROR);
-}
-
-// retryInOf: the delay (seconds) an error asks for its retry, or undefined.
-function retryInOf(err) {
-  return err && typeof err.retryInSeconds === 'number' ? err.retryInSeconds : undefined;
-}
+const { InvalidTransition, AttemptNotFound } = require('./errors');
+const { Loop, Unsendable, ProviderRefused, RetryLater, InProgress, Lost, GaveUp,
+  isConnectionError, isRefusal, errorText, retryInOf, unrecordable, sleep, NOT_REPORTABLE,
+  MAX_ERROR } = require('./loop');
 
 // OWN_OPEN_ATTEMPTS: a worker's started or unknown attempts but those
 // given, as claim rows; provider_key through to_jsonb (NULL on a 1.1
@@ -107,45 +61,7 @@ const OWN_OPEN_ATTEMPTS = `
 // REPORTED: what runOne resolves to when nothing is left to record
 const REPORTED = Symbol('reported');
 
-// Lost: the connection broke during a statement that is not repeated blindly.
-class Lost extends Error {}
-// GaveUp: the server could not be reached and the worker stopped waiting for it.
-class GaveUp extends Error {}
-
-// SQLSTATEs that mean the connection is gone or the server is not taking
-// connections: connection exceptions (08), admin/crash shutdown, starting up
-const CONNECTION_STATES = /^(08|57P01|57P02|57P03)/;
-
-// isConnectionError: whether err means "no connection" (rather than a
-// refusal of the statement by the server).
-function isConnectionError(err) {
-  if (!err || typeof err !== 'object') return false;
-  if (err.severity !== undefined) return CONNECTION_STATES.test(String(err.code || ''));
-  if (typeof err.code === 'string' && /^E[A-Z]+$/.test(err.code)) return true;  // ECONNREFUSED, ...
-  return /Connection terminated|connection error|not queryable|timeout exceeded when trying to connect/i
-    .test(String(err.message || ''));
-}
-
-// unrecordable: why a handler's result cannot be a job's result (jobguard
-// records a JSON value; SQL NULL is refused), or null when it can be.
-function unrecordable(result) {
-  if (result === undefined || result === null) {
-    return `the handler resolved ${result}; a result must be a JSON value other than null`;
-  }
-  let text;
-  try {
-    text = JSON.stringify(result);
-  } catch (err) {
-    return `it is not JSON (${err.message})`;
-  }
-  if (typeof text !== 'string') return `it is not JSON (a ${typeof result})`;
-  return null;
-}
-
-// sleep: resolve after ms milliseconds.
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-class Worker {
+class Worker extends Loop {
   // handler: async (job) => result, job a claim row (attempt_id, job_id,
   // attempt_no, operation, provider, params, deadline).  options:
   // connection (pg pool options; the PG* environment fills in the rest) or
@@ -156,42 +72,22 @@ class Worker {
   // heartbeatSeconds (default a third of the timeout); reconnectMinSeconds
   // doubling up to reconnectMaxSeconds; shutdownGraceSeconds (how long a
   // report is tried once stopped); logger (info/warn/error, default console).
-  constructor(handler, { connection = {}, pool, name, operations = null, provider = null,
-    batch = 1, timeoutSeconds = 30, waitSeconds = 2, heartbeatSeconds, reconnectMinSeconds = 0.1,
-    reconnectMaxSeconds = 5, shutdownGraceSeconds = 30, logger = console } = {}) {
+  constructor(handler, options = {}) {
+    const { operations = null, provider = null, batch = 1, timeoutSeconds = 30, waitSeconds = 2,
+      heartbeatSeconds } = options;
     if (typeof handler !== 'function') throw new TypeError('handler must be a function');
     if (!(batch >= 1)) throw new RangeError('batch must be at least 1');
     if (!(timeoutSeconds > 0) || !(waitSeconds >= 0)) {
       throw new RangeError('timeoutSeconds must be positive, waitSeconds not negative');
     }
-    this.handler = handler;
-    this.name = name || `${os.hostname()}:${process.pid}:${crypto.randomBytes(4).toString('hex')}`;
-    this.operations = operations;
-    this.provider = provider;
-    this.batch = batch;
-    this.timeoutSeconds = timeoutSeconds;
-    this.waitSeconds = waitSeconds;
-    this.heartbeatSeconds = heartbeatSeconds ?? timeoutSeconds / 3;
-    if (!(this.heartbeatSeconds > 0)) throw new RangeError('heartbeatSeconds must be positive');
-    this.reconnectMin = reconnectMinSeconds * 1000;
-    this.reconnectMax = reconnectMaxSeconds * 1000;
-    this.shutdownGrace = shutdownGraceSeconds * 1000;
-    this.logger = logger;
-    this.ownPool = !pool;
+    const beat = heartbeatSeconds ?? timeoutSeconds / 3;
+    if (!(beat > 0)) throw new RangeError('heartbeatSeconds must be positive');
     // two connections: the loop's statements and the heartbeats
-    this.pool = pool || new Pool({ max: 2, idleTimeoutMillis: 0, ...connection,
-      application_name: `${this.name} (jobguard worker)`.slice(0, 63) });
-    this.onPoolError = (err) => {
-      this.lost++;
-      this.logger.warn(`${this.name}: idle connection lost: ${err.message}`);
-    };
-    // a new connection: count it as a reconnect if one was lost before
-    this.onPoolConnect = () => {
-      if (this.lost > 0) { this.stats.reconnects++; this.lost = 0; }
-    };
-    this.pool.on('error', this.onPoolError);
-    this.pool.on('connect', this.onPoolConnect);
-    this.lost = 0;              // connections lost since the last new one
+    super('worker', 2, { claimed: 0, adopted: 0, markedUnknown: 0, won: 0, lost: 0, rejected: 0,
+      failed: 0, inProgress: 0, handlerErrors: 0, unrecorded: 0, released: 0, heartbeats: 0,
+      heartbeatsRefused: 0 }, options);
+    Object.assign(this, { handler, operations, provider, batch, timeoutSeconds, waitSeconds,
+      heartbeatSeconds: beat });
     this.startedUp = false;     // the open attempts found at start were dealt with
     this.fresh = false;         // a claim's answer was lost: look for what it began
     this.hasFinishMany = undefined;   // the database has finish_many (1.2)
@@ -200,19 +96,6 @@ class Worker {
     this.unreported = new Set();   // of those, the ones whose report never got through
     this.untouchable = new Set();  // open attempts this worker must never run
     this.refused = new Set();   // attempts whose heartbeat was refused
-    this.stopping = false;
-    this.stoppedAt = 0;
-    this.stats = { claimed: 0, adopted: 0, markedUnknown: 0, won: 0, lost: 0, rejected: 0,
-      failed: 0, inProgress: 0, unrecorded: 0, released: 0, reportErrors: 0, heartbeats: 0,
-      heartbeatsRefused: 0, reconnects: 0 };
-  }
-
-  // stop: the current job finishes and reports, nothing more is claimed.
-  stop() {
-    if (!this.stopping) {
-      this.stopping = true;
-      this.stoppedAt = Date.now();
-    }
   }
 
   // run: claim and handle jobs until stop() (or, with untilIdle, until
@@ -220,88 +103,34 @@ class Worker {
   // handleSignals: SIGTERM and SIGINT call stop(); a second one is left to
   // its default action.
   async run({ untilIdle = false, handleSignals = true } = {}) {
-    const onSignal = (sig) => {
-      if (this.stopping) {
-        process.removeListener('SIGTERM', onSignal);
-        process.removeListener('SIGINT', onSignal);
-        process.kill(process.pid, sig);
-        return;
-      }
-      this.logger.info(`${this.name}: ${sig} received, stopping after the current job`);
-      this.stop();
-    };
-    if (handleSignals) {
-      process.on('SIGTERM', onSignal);
-      process.on('SIGINT', onSignal);
-    }
     const beating = this.beatLoop();
-    try {
-      let idleSince = Date.now();
-      let pause = this.reconnectMin;
-      while (!this.stopping) {
-        let jobs;
-        try {
-          jobs = await this.nextJobs();
-          pause = this.reconnectMin;
-        } catch (err) {
-          if (err instanceof GaveUp) break;
-          if (!(err instanceof Lost)) throw err;
-          this.logger.warn(`${this.name}: connection lost (${err.message}); again in ${pause} ms`);
-          await sleep(pause);
-          pause = Math.min(pause * 2, this.reconnectMax);
-          continue;
-        }
-        if (jobs.length > 0) {
-          await this.runBatch(jobs);
-          idleSince = Date.now();
-        } else if (untilIdle && Date.now() - idleSince >= this.waitSeconds * 1000) {
-          break;
-        }
-      }
-    } finally {
-      this.beatStop = true;
-      if (this.beatWake) this.beatWake();
-      await beating;
-      if (handleSignals) {
-        process.removeListener('SIGTERM', onSignal);
-        process.removeListener('SIGINT', onSignal);
-      }
-      this.pool.removeListener('connect', this.onPoolConnect);
-      if (this.ownPool) await this.pool.end();
-      else this.pool.removeListener('error', this.onPoolError);
-    }
-    return this.stats;
+    let idleSince = Date.now();
+    return this.drive({
+      claim: () => this.nextJobs(),
+      handle: async (jobs) => {
+        await this.runBatch(jobs);
+        idleSince = Date.now();
+      },
+      idle: async () => untilIdle && Date.now() - idleSince >= this.waitSeconds * 1000,
+      handleSignals,
+      closing: async () => {
+        this.beatStop = true;
+        if (this.beatWake) this.beatWake();
+        await beating;
+      },
+    });
   }
 
-  // mainGivesUp: once stopped, stop reconnecting at once if nothing is
-  // held, else after shutdownGraceSeconds.
-  mainGivesUp() {
+  // givesUp: once stopped, stop reconnecting at once if nothing is held,
+  // else after shutdownGraceSeconds.
+  givesUp() {
     return this.stopping && (this.held.size === 0 || Date.now() - this.stoppedAt > this.shutdownGrace);
   }
 
-  // call: fn() on the pool.  When the connection is lost: with retry, wait
-  // (backoff) and call again (fn gets the number of earlier tries), else
-  // throw Lost.  Other errors are thrown as they are.
-  async call(fn, { retry, givesUp = () => this.mainGivesUp() }) {
-    let delay = this.reconnectMin;
-    for (let tries = 0; ; tries++) {
-      try {
-        return await fn(tries);
-      } catch (err) {
-        if (!isConnectionError(err)) throw err;
-        this.lost++;
-        if (!retry) throw new Lost(err.message);
-        if (givesUp()) throw new GaveUp(err.message);
-        this.logger.warn(`${this.name}: connection lost (${err.message}); again in ${delay} ms`);
-        await sleep(delay);
-        delay = Math.min(delay * 2, this.reconnectMax);
-      }
-    }
-  }
-
   // nextJobs: at start, the open attempts of the worker's name from before
-  // (marked unknown, never run); after a claim whose answer was lost, the
-  // attempts it began (adopted: their handler never ran); otherwise a claim.
+  // (marked unknown, never run); after a claim whose answer was lost (or
+  // that raised), the attempts it began (adopted: their handler never
+  // ran); otherwise a claim.
   async nextJobs() {
     if (!this.startedUp) {
       const earlier = await this.call(() => this.ownOpenAttempts(), { retry: false });
@@ -326,7 +155,7 @@ class Worker {
         operations: this.operations, timeoutSeconds: this.timeoutSeconds, maxJobs: this.batch,
         provider: this.provider, waitSeconds }), { retry: false });
     } catch (err) {
-      if (err instanceof Lost) this.fresh = true;   // it may have begun attempts
+      this.fresh = true;   // it may have begun attempts
       throw err;
     }
     this.stats.claimed += jobs.length;
@@ -339,17 +168,9 @@ class Worker {
   // compare-and-swap), and this worker never touches it again.
   async markEarlier(job) {
     this.untouchable.add(job.attempt_id);
-    const done = await this.report(job, 'mark unknown', async () => {
-      try {
-        return await api.markUnknown(this.pool, job.attempt_id);
-      } catch (err) {
-        if (err instanceof InvalidTransition) return 'gone';   // closed meanwhile
-        throw err;
-      }
-    });
+    const done = await this.markUnknownOne(job, 'open from before this worker started '
+      + '(its handler may have run); not run again', 'gone');
     if (done === 'unknown') this.stats.markedUnknown++;
-    this.logger.warn(`${this.name}: attempt ${job.attempt_id} of job ${job.job_id} was open from `
-      + 'before this worker started; not run again (its handler may have run)');
   }
 
   // ownOpenAttempts: this worker's started or unknown attempts that it does
@@ -403,10 +224,12 @@ class Worker {
     this.refused.delete(job.attempt_id);
   }
 
-  // runOne: await the handler; report its error at once and resolve to
-  // REPORTED, or resolve to its result, to be recorded.  The attempt is
+  // runOne: await the handler; report what it threw at once and resolve
+  // to REPORTED, or resolve to its result, to be recorded.  The attempt is
   // marked as run before the handler is called: nothing runs it again,
-  // whatever happens to its report.
+  // whatever happens to its report.  Only the provider's refusal fails it;
+  // InProgress, any other error and a result that cannot be sent mark it
+  // unknown.
   async runOne(job) {
     if (this.ran.has(job.attempt_id) || this.untouchable.has(job.attempt_id)) {
       this.logger.error(`${this.name}: attempt ${job.attempt_id} was run already; not again`);
@@ -418,7 +241,13 @@ class Worker {
       result = await this.handler(job);
     } catch (err) {
       if (err instanceof InProgress) {
-        if (await this.reportInProgress(job)) this.stats.inProgress++;
+        if (await this.reportUnknown(job, 'it is still in progress at the provider')) {
+          this.stats.inProgress++;
+        }
+      } else if (!isRefusal(err)) {
+        if (await this.reportUnknown(job, `the handler threw ${errorText(err)}`)) {
+          this.stats.handlerErrors++;
+        }
       } else if (await this.reportFailure(job, errorText(err), retryInOf(err))) {
         this.stats.failed++;
       }
@@ -433,23 +262,34 @@ class Worker {
   }
 
   // record: record the results of handlers that ran: one, or a database
-  // without finish_many, with finish each; more with one finish_many, each
-  // refused row handled as finish's error would be.  No handler is ever
-  // run again, whatever the reports meet.
+  // without finish_many, with finish each; more with one finish_many.  No
+  // handler is ever run again, whatever the reports meet.
   async record(done) {
     if (done.length === 0) return;
     try {
+      let outcomes;
       if (done.length === 1 || !(await this.finishManyExists())) {
-        for (const [job, result] of done) await this.reportResult(job, result);
-        return;
+        outcomes = [];
+        for (const [job, result] of done) outcomes.push(await this.finishOne(job, result));
+      } else {
+        outcomes = await this.finishBatch(done);
       }
-      await this.reportMany(done);
+      for (let i = 0; i < done.length; i++) await this.recorded(done[i][0], outcomes[i]);
     } finally {
       for (const [job] of done) {
         this.forget(job);
         this.drop(job);
       }
     }
+  }
+
+  // recorded: count what a finish resolved to: an outcome; a result the
+  // server cannot take (marked unknown); or nothing recorded (the attempt
+  // stays open, never to be run again by this worker).
+  async recorded(job, outcome) {
+    if (outcome instanceof Unsendable) await this.reportUnrecorded(job, outcome.why);
+    else if (outcome) this.stats[outcome]++;
+    else this.unreported.add(job.attempt_id);
   }
 
   // finishManyExists: whether the database has finish_many (1.2); asked once.
@@ -467,47 +307,10 @@ class Worker {
     return this.hasFinishMany;
   }
 
-  // reportMany: finish_many for the batch, repeated after a lost connection
-  // (an equal result gets the same outcome); a call the server refuses as
-  // a whole falls back to finish each.
-  async reportMany(done) {
-    let rows;
-    try {
-      rows = await this.call(() => api.finishMany(this.pool, done.map(([j]) => j.attempt_id),
-        done.map(([, r]) => r)), { retry: true });
-    } catch (err) {
-      if (err instanceof GaveUp || err instanceof Lost) {
-        for (const [job] of done) {
-          this.stats.reportErrors++;
-          this.unreported.add(job.attempt_id);
-          this.logger.error(`${this.name}: could not report the result of attempt ${job.attempt_id} of job ${job.job_id}: ${err.message}`);
-        }
-        return;
-      }
-      this.logger.warn(`${this.name}: finish_many refused the batch (${err.message}); finishing one by one`);
-      for (const [job, result] of done) await this.reportResult(job, result);
-      return;
-    }
-    for (let i = 0; i < done.length; i++) {
-      const [job] = done[i];
-      const row = rows[i];
-      if (row.outcome !== null) {
-        this.stats[row.outcome]++;
-      } else if (NOT_REPORTABLE.includes(row.sqlstate)) {
-        this.stats.reportErrors++;
-        this.unreported.add(job.attempt_id);
-        this.logger.error(`${this.name}: could not report the result of attempt ${job.attempt_id} of job ${job.job_id}: ${row.message}`);
-      } else {
-        await this.reportUnrecorded(job, `finish_many refused it (${row.sqlstate}: ${row.message})`);
-      }
-    }
-  }
-
-  // reportInProgress: the provider says the key is still being processed:
-  // mark the attempt unknown (never fail it).  Resolves true once it is.
-  async reportInProgress(job) {
-    const done = await this.report(job, 'mark unknown',
-      () => api.markUnknown(this.pool, job.attempt_id));
+  // reportUnknown: mark the attempt unknown (never failed), the reason
+  // logged.  Resolves true once it is.
+  async reportUnknown(job, why) {
+    const done = await this.markUnknownOne(job, why);
     if (!done) this.unreported.add(job.attempt_id);
     return Boolean(done);
   }
@@ -519,63 +322,20 @@ class Worker {
     if (!this.unreported.has(job.attempt_id)) this.ran.delete(job.attempt_id);
   }
 
-  // report: run one report with retries; count it, or log why it failed.
-  async report(job, what, fn) {
-    try {
-      return await this.call(fn, { retry: true });
-    } catch (err) {
-      this.stats.reportErrors++;
-      this.logger.error(`${this.name}: could not ${what} attempt ${job.attempt_id} of job ${job.job_id}: ${err.message}`);
-      return undefined;
-    }
-  }
-
-  // reportResult: finish (repeated after a lost connection: an equal
-  // result gets the same outcome).  A result the server refuses (too
-  // large, not valid jsonb, ...) fails the attempt instead.
-  async reportResult(job, result) {
-    let refused;
-    const outcome = await this.report(job, 'report the result of', async () => {
-      try {
-        return await api.finish(this.pool, job.attempt_id, result);
-      } catch (err) {
-        if (isConnectionError(err) || err instanceof InvalidTransition
-          || err instanceof AttemptNotFound || err instanceof ResultMismatch) throw err;
-        refused = err;   // the server cannot record this result
-        return 'refused';
-      }
-    });
-    if (outcome === 'refused') {
-      await this.reportUnrecorded(job, `finish_attempt refused it (${refused.code || 'error'}: ${refused.message})`);
-    } else if (outcome) {
-      this.stats[outcome]++;
-    } else {
-      this.unreported.add(job.attempt_id);
-    }
-  }
-
-  // reportUnrecorded: the handler's result cannot be recorded: fail the
-  // attempt with an error saying why (once; a retry after a lost
-  // connection that finds it failed already counts as done).
+  // reportUnrecorded: the handler's result cannot be sent: mark the
+  // attempt unknown (the provider may have done the work), the reason logged.
   async reportUnrecorded(job, why) {
-    const text = `UnrecordableResult: the handler's result cannot be recorded: ${why}`;
+    const text = `UnrecordableResult: the handler's result cannot be recorded: ${why}`.slice(0, MAX_ERROR);
     this.logger.error(`${this.name}: attempt ${job.attempt_id} of job ${job.job_id}: ${text}`);
-    if (await this.reportFailure(job, text.slice(0, MAX_ERROR))) this.stats.unrecorded++;
+    if (await this.reportUnknown(job, text)) this.stats.unrecorded++;
   }
 
-  // reportFailure: fail with retryIn; a repeat that finds the attempt
-  // failed already counts as done.  Resolves true once it is failed.
+  // reportFailure: fail with retryIn (the provider refused).  Resolves
+  // true once it is failed.
   async reportFailure(job, error, retryInSeconds) {
-    const done = await this.report(job, 'fail', async (tries) => {
-      try {
-        return await api.fail(this.pool, job.attempt_id, error, { retryInSeconds });
-      } catch (err) {
-        if (tries > 0 && err instanceof InvalidTransition && err.state === 'failed') return 'failed';
-        throw err;
-      }
-    });
+    const done = await this.failOne(job, error, retryInSeconds);
     if (!done) this.unreported.add(job.attempt_id);
-    return Boolean(done);
+    return done;
   }
 
   // release: hand back a claimed attempt that will not run (cancel_attempt:

@@ -1,11 +1,14 @@
 'use strict';
 // Exactly once: the Worker calls a handler at most once per attempt, under
 // every failure a handler or the server can produce: a throw, a rejection,
-// undefined, null, a result over jobguard.max_payload_size, a result
-// breaking the output contract, the worker's backend terminated while its
+// a provider's refusal, undefined, null, a result over
+// jobguard.max_payload_size, a result breaking the output contract, the worker's backend terminated while its
 // finish waits, the server restarted while its finish waits.  Every
 // handler call is counted per attempt; every attempt of the worker is
-// counted in the database; each attempt ran exactly once.
+// counted in the database; each attempt ran exactly once.  Only the
+// provider's refusal and a contract-breaking result fail an attempt (the
+// job is tried again); an error or a result that cannot be sent leaves it
+// unknown (the provider may have done the work), the reason logged.
 const test = require('node:test');
 const assert = require('node:assert/strict');
 const { randomUUID } = require('node:crypto');
@@ -51,11 +54,12 @@ async function waitFor(check, ms, what) {
 // the job's attempts must end as
 const CASES = {
   ok: { expect: ['succeeded'] },
-  throws: { expect: ['failed', 'failed'], error: /^TypeError: thrown/ },
-  rejects: { expect: ['failed', 'failed'], error: /^RangeError: rejected/ },
-  undefined: { expect: ['failed', 'failed'], error: /^UnrecordableResult: .*resolved undefined/ },
-  null: { expect: ['failed', 'failed'], error: /^UnrecordableResult: .*resolved null/ },
-  too_large: { expect: ['failed', 'failed'], error: /^UnrecordableResult: .*54000/ },
+  throws: { expect: ['unknown'], log: /marked unknown: the handler threw TypeError: thrown/ },
+  rejects: { expect: ['unknown'], log: /marked unknown: the handler threw RangeError: rejected/ },
+  refused: { expect: ['failed', 'failed'], error: /^ProviderRefused: declined/ },
+  undefined: { expect: ['unknown'], log: /marked unknown: UnrecordableResult: .*resolved undefined/ },
+  null: { expect: ['unknown'], log: /marked unknown: UnrecordableResult: .*resolved null/ },
+  too_large: { expect: ['unknown'], log: /marked unknown: UnrecordableResult: .*54000/ },
   contract: { expect: ['failed', 'failed'], error: /charge_id/ },
   dropped: { expect: ['succeeded'], cut: 'terminate' },
   restarted: { expect: ['succeeded'], cut: 'restart' },
@@ -119,6 +123,7 @@ async function everyCase(t, { batch, leaveOut = [] }) {
   const resolveFor = async (job) => {
     switch (job.params.kind) {
       case 'rejects': throw new RangeError('rejected');
+      case 'refused': throw new jg.ProviderRefused('declined');
       case 'undefined': return undefined;
       case 'null': return null;
       case 'too_large': return { charge_id: 'x'.repeat(4096) };
@@ -142,7 +147,7 @@ async function everyCase(t, { batch, leaveOut = [] }) {
     reconnectMinSeconds: 0.05, reconnectMaxSeconds: 0.5, logger,
     connection: { database: DB, options: '-c jobguard.max_payload_size=1kB' } });
   const running = w.run({ handleSignals: false });
-  const final = ['succeeded', 'failed'];
+  const final = ['succeeded', 'failed', 'unknown'];
   try {
     // until every job has ended, or a handler ran twice for one attempt
     await waitFor(async () => {
@@ -172,6 +177,11 @@ async function everyCase(t, { batch, leaveOut = [] }) {
     assert.deepEqual(mine.map((a) => a.state), CASES[kind].expect, kind);
     if (CASES[kind].error) {
       for (const a of mine) assert.match(a.error, CASES[kind].error, `${kind}: ${a.error}`);
+    }
+    if (CASES[kind].log) {
+      const [a] = mine;
+      assert.ok(logger.lines.some((l) => l.includes(`attempt ${a.id} of job ${a.job} `)
+        && CASES[kind].log.test(l)), `${kind}: no log line saying why`);
     }
   }
   assert.ok(w.stats.reconnects >= 1, 'the worker reconnected after the cut');

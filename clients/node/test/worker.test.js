@@ -1,7 +1,7 @@
 'use strict';
 // The Worker against a real jobguard: several workers drain a queue while
 // their connections are killed, heartbeats keep a long handler's attempt,
-// handler errors become failed attempts retried per backoff, a lost claim
+// the provider's refusals become failed attempts retried per backoff, a lost claim
 // is picked up again, attempts of an earlier process under the worker's
 // name are not run again, and a restart of the server is survived.
 // (Exactly once under every failure: exactly-once.test.js.)  (SIGTERM:
@@ -131,20 +131,20 @@ test('heartbeats keep a long handler in time; without them it goes unknown', asy
   assert.equal(await jg.jobState(pool, jobRare), 'succeeded');
 });
 
-test('handler errors fail the attempt; the retry waits for the backoff or retryInSeconds', async () => {
+test("the provider's refusals fail the attempt; the retry waits for the backoff or retryInSeconds", async () => {
   const op = await freshOp('0.5 seconds');
   const [plain, later] = await submitN(op, 2);
   const called = new Map([[plain, []], [later, []]]);
   const handler = async (job) => {
     called.get(job.job_id).push(Date.now());
-    if (job.attempt_no === 1 && job.job_id === plain) throw new TypeError('card declined');
+    if (job.attempt_no === 1 && job.job_id === plain) throw new jg.ProviderRefused('card declined');
     if (job.attempt_no === 1) throw new jg.RetryLater('provider busy', 1.2);
     return { attempt: job.attempt_no };
   };
   const w = worker(handler, { operations: [op], batch: 2, waitSeconds: 2 });
   const stats = await w.run({ untilIdle: true, handleSignals: false });
   assert.deepEqual([stats.failed, stats.won], [2, 2]);
-  for (const [jobId, error, gapMs] of [[plain, 'TypeError: card declined', 500],
+  for (const [jobId, error, gapMs] of [[plain, 'ProviderRefused: card declined', 500],
     [later, 'RetryLater: provider busy', 1200]]) {
     const [a1, a2] = await jg.attempts(pool, jobId);
     assert.deepEqual([a1.state, a1.error, a2.state], ['failed', error, 'succeeded']);
