@@ -257,12 +257,47 @@ class Fuzzer:
         """A call of fn with random arguments: (sql, extreme, name, is_procedure, returns_rows, types, literals)."""
         name, kind, retset, rows, types, ndef, argnames = fn
         n = len(types)
-        k = self.rng.randint(n - ndef, n) if ndef else n
+        k = (n if self.rng.random() < 0.5 else self.rng.randint(n - ndef, n)) if ndef else n
         vals = [gen.value(t) for t in types[:k]]
         named = argnames and self.rng.random() < 0.2 and k == n and all(argnames[:n])
         parts = ["%s => %s" % (argnames[i], v.sql) if named else v.sql for i, v in enumerate(vals)]
         call = "jobguard.%s(%s)" % (name, ", ".join(parts))
         return call, any(v.extreme for v in vals), name, kind == "p", rows, types[:k], [v.sql for v in vals]
+
+    def lifecycle(self, gen, r):
+        """Calls that carry one job through its life, with hostile names and
+        settings: the operation's contract and retry policy and the
+        provider's policy set (by the superuser), then a submit, a chain of
+        up to 40 begun and failed attempts, claims, a finish, a heartbeat,
+        claim_unknown and stats(), so that a stored value meets the calls
+        that read it."""
+        op, prov = gen.names(), gen.names()
+        key = lit("lc-%d" % r.randrange(10 ** 9))
+        sub = "jobguard.submit('lc-owner', %s, %s, '{}', %s)" % (key, op.sql, prov.sql)
+        steps = []
+        if not self.client:
+            b, m = gen.interval(), gen.interval()
+            steps.append(("SELECT jobguard.define_operation(%s, %s, %s, %s)" % (op.sql, gen.jsonb().sql, b.sql, m.sql),
+                          True, "define_operation"))
+            d, n, q = gen.interval(), gen.integer(), gen.numeric()
+            steps.append(("SELECT jobguard.set_provider_policy(%s, %s, %s, %s)" % (prov.sql, d.sql, n.sql, q.sql),
+                          True, "set_provider_policy"))
+        steps.append(("SELECT * FROM " + sub, op.extreme or prov.extreme, "submit"))
+        steps.append(("WITH j AS MATERIALIZED (SELECT job_id FROM %s) SELECT count(jobguard.fail_attempt("
+                      "jobguard.begin_attempt(j.job_id), 'HTTP 503')) FROM j, generate_series(1, %d)" % (sub, r.choice([1, 3, 40])),
+                      op.extreme or prov.extreme, "fail_attempt"))
+        steps.append(("SELECT jobguard.finish_attempt(attempt_id, %s) FROM jobguard.claim('lc-worker', ARRAY[%s])"
+                      % (gen.jsonb().sql, op.sql), op.extreme, "finish_attempt"))
+        steps.append(("SELECT jobguard.heartbeat(attempt_id) FROM jobguard.claim('lc-worker', NULL, '1 hour', 5)",
+                      False, "heartbeat"))
+        steps.append(("SELECT jobguard.finish_attempt(jobguard.begin_attempt(job_id), '{\"id\": \"x\"}') FROM %s" % sub,
+                      op.extreme or prov.extreme, "finish_attempt"))
+        steps.append(("SELECT * FROM jobguard.claim_unknown('lc-reconciler', NULL, 10)", False, "claim_unknown"))
+        steps.append(("SELECT * FROM jobguard.stats()", False, "stats"))
+        steps.append(("SELECT * FROM jobguard.claim('lc-worker', NULL, '1 minute', 10)", False, "claim"))
+        # (sql, extreme, name, is_procedure, returns_rows, types, literals): a
+        # whole statement, marked by a returns_rows of None
+        return [(sql, ext, name, False, None, [], []) for sql, ext, name in steps]
 
     def run(self, conn, sql, stmts):
         """One statement: None or (sqlstate, message, hint); raises on a lost connection."""
@@ -312,7 +347,10 @@ class Fuzzer:
         try:
             ctxs = CONTEXTS if self.client else CONTEXTS[:-1]
             ctx = r.choice(ctxs)
-            calls = [self.render(r.choice(self.funcs), gen) for _ in range(r.randint(1, 4))]
+            if r.random() < 0.3:
+                calls = self.lifecycle(gen, r)
+            else:
+                calls = [self.render(r.choice(self.funcs), gen) for _ in range(r.randint(1, 4))]
             self.contexts[ctx] += 1
             self.notices.clear()
             stmts = []
@@ -336,7 +374,10 @@ class Fuzzer:
         end = "ROLLBACK" if rollback_only or r.random() < 0.4 else "COMMIT"
 
         def call_plain(conn, x, wrap=None):
-            sql = wrap(x) if wrap else (("CALL " if x[3] else ("SELECT * FROM " if x[4] else "SELECT ")) + x[0])
+            if x[4] is None:
+                sql = x[0]
+            else:
+                sql = wrap(x) if wrap else (("CALL " if x[3] else ("SELECT * FROM " if x[4] else "SELECT ")) + x[0])
             self.calls += 1
             self.judge(self.run(conn, sql, stmts), ctx, stmts, x[1], x[2], ep_seed)
 
@@ -354,7 +395,9 @@ class Fuzzer:
                 for x in calls:
                     if x[3]:
                         continue
-                    if x[4]:
+                    if x[4] is None:
+                        call_plain(pc, x)
+                    elif x[4]:
                         call_plain(pc, x, lambda y: "SELECT (SELECT count(*) FROM %s), count(*) FROM fuzz_big" % y[0])
                     elif r.random() < 0.5:
                         call_plain(pc, x, lambda y: "SELECT %s, count(*) FROM fuzz_big" % y[0])
@@ -386,13 +429,13 @@ class Fuzzer:
                     call_plain(c, x)
                     self.run(c, "ROLLBACK TO SAVEPOINT fz", stmts)
                     call_plain(c, x)
-                elif ctx == "cursor" and not x[3]:
+                elif ctx == "cursor" and not x[3] and x[4] is not None:
                     sql = "DECLARE fzc CURSOR FOR " + ("SELECT * FROM " if x[4] else "SELECT ") + x[0]
                     self.calls += 1
                     self.judge(self.run(c, sql, stmts), ctx, stmts, x[1], x[2], ep_seed)
                     self.judge(self.run(c, "FETCH ALL FROM fzc", stmts), ctx, stmts, x[1], x[2], ep_seed, False)
                     self.run(c, "CLOSE fzc", stmts)
-                elif ctx == "prepared" and not x[3]:
+                elif ctx == "prepared" and not x[3] and x[4] is not None:
                     params = ", ".join("$%d" % (i + 1) for i in range(len(x[5])))
                     body = ("SELECT * FROM " if x[4] else "SELECT ") + "jobguard.%s(%s)" % (x[2], params)
                     types = ", ".join(x[5])
@@ -415,6 +458,10 @@ class Fuzzer:
         finally:
             if intx and not c.broken:
                 self.run(c, end, stmts)
+            if ctx == "prepared" and not c.broken:
+                # a prepared statement outlives the transaction that failed
+                # to deallocate it
+                self.run(c, "DEALLOCATE ALL", stmts)
             if not c.broken:
                 if ctx == "timeout" and not intx:
                     self.run(c, "SET statement_timeout = '3s'", stmts)
