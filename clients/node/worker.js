@@ -308,10 +308,13 @@ class Worker extends Loop {
   }
 
   // reportUnknown: mark the attempt unknown (never failed), the reason
-  // logged.  Resolves true once it is.
+  // logged.  Resolves true once it is.  An unknown attempt is still open
+  // and still this worker's: it is never picked up again as one of its own
+  // (untouchable), as its handler ran.
   async reportUnknown(job, why) {
     const done = await this.markUnknownOne(job, why);
-    if (!done) this.unreported.add(job.attempt_id);
+    if (done) this.untouchable.add(job.attempt_id);
+    else this.unreported.add(job.attempt_id);
     return Boolean(done);
   }
 
