@@ -25,10 +25,10 @@ async function main() {
         results.push(await charge(job));
         ids.push(job.attempt_id);
       } catch (err) {
-        if (err instanceof jobguard.InProgress) {
-          await jobguard.markUnknown(pool, job.attempt_id);   // unknown, never failed
-        } else {                                            // the provider said no
+        if (err instanceof jobguard.ProviderRefused) {      // the provider said no
           await jobguard.fail(pool, job.attempt_id, `${err.name}: ${err.message}`);
+        } else {   // in progress, or we cannot tell: unknown, never failed
+          await jobguard.markUnknown(pool, job.attempt_id);
         }
       }
     }

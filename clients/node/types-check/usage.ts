@@ -100,7 +100,7 @@ async function usage12(pool: Pool): Promise<void> {
     return { key };
   }, { batch: 10 });
   const ws: WorkerStats = await worker.run();
-  const n: number = ws.inProgress;
+  const n: number = ws.inProgress + ws.handlerErrors + ws.claimErrors + ws.reportRetries;
   const rows: Unknown[] = await jobguard.claimUnknown(pool, { worker: 'r', maxRows: 5,
     olderThanSeconds: 60, leaseSeconds: 30 });
   const out: FinishOutcome[] = await jobguard.finishMany(pool, rows.map((r) => r.attempt_id),
@@ -122,6 +122,8 @@ async function usage12(pool: Pool): Promise<void> {
   }, { operations: ['charge'], batch: 20, olderThanSeconds: 60, leaseSeconds: 30 });
   const rs: ReconcilerStats = await r.run({ untilIdle: true });
   r.stop();
+  const again: number = rs.claimErrors + rs.reportRetries;
+  void again;
   // @ts-expect-error finishMany takes attempt ids, not job ids
   await jobguard.finishMany(pool, rows.map((r) => r.job_id), []);
   // @ts-expect-error a Reconciler's options are its own (no timeoutSeconds)
