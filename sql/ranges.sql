@@ -112,3 +112,7 @@ SELECT not_before BETWEEN pg_catalog.now() + interval '99 years' AND pg_catalog.
   FROM jobguard.jobs WHERE id = :job2;
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 DELETE FROM jobguard.provider_policy;
+-- a trigger function called as a function is the caller's error (39P01), not an internal one
+\set VERBOSITY sqlstate
+SELECT jobguard.table_changed();
+\set VERBOSITY default

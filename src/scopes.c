@@ -359,7 +359,9 @@ jobguard_table_changed(PG_FUNCTION_ARGS)
 	TriggerData *trigdata = (TriggerData *) fcinfo->context;
 
 	if (!CALLED_AS_TRIGGER(fcinfo))
-		elog(ERROR, "jobguard: table_changed() must be called as a trigger");
+		ereport(ERROR,
+				(errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+				 errmsg("jobguard: table_changed() must be called as a trigger")));
 	CacheInvalidateRelcache(trigdata->tg_relation);
 	PG_RETURN_POINTER(NULL);
 }
