@@ -305,3 +305,32 @@ def test_no_statement_is_prepared_on_the_server(database: str) -> None:
     worker.append(Worker(handler, conninfo=f"dbname={database}", operations=[op], wait=0.3))
     worker[0].run(until_idle=True, handle_signals=False)
     assert len(seen) == 12 and set(seen) == {0}
+
+
+@pytest.mark.parametrize("kind", ["thread", "asyncio"])
+def test_an_attempt_it_marked_unknown_is_never_picked_up_again(database: str, conn: Any,
+                                                                kind: str) -> None:
+    """The handler of the first job raises (the attempt is marked unknown,
+    still open, of this worker's name); the claim of the second job then
+    meets a server error, after which the worker looks for open attempts of
+    its own that a lost claim began: the unknown one is not among them, and
+    its handler never runs again."""
+    op = f"nt_adopt_{kind}_{uuid.uuid4().hex[:6]}"
+    first, second = submit(conn, op, 2)
+    trigger = arm(conn, "attempts", f"NEW.job_id = {second}", "XX000")
+    calls: collections.Counter[int] = collections.Counter()
+
+    def handler(job: Claimed) -> Any:
+        """The first job's provider call times out; the second answers."""
+        calls[job.job_id] += 1
+        if job.job_id == first:
+            raise TimeoutError("no answer from the provider")
+        return {"charge_id": "ch_2"}
+    try:
+        stats = drain(kind, database, op, handler)
+    finally:
+        disarm(conn, "attempts", trigger)
+    assert dict(calls) == {first: 1, second: 1}
+    assert sum(s.claim_errors for s in stats) == 1
+    assert api.job_state(conn, first) == "unknown"
+    assert api.job_state(conn, second) == "succeeded"

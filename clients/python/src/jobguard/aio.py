@@ -533,7 +533,9 @@ class AsyncWorker:
 
     async def _report_unknown(self, job: Claimed, why: str) -> bool:
         """mark_unknown, the reason logged, tried again like every report
-        (see ``Worker._report_unknown``).  True once it is unknown."""
+        (see ``Worker._report_unknown``).  True once it is unknown; never
+        run again by this worker (it stays open)."""
+        self._untouchable.add(job.attempt_id)
         async def mark(conn: AConn, tries: int) -> str:
             """One try at mark_unknown; a repeat finding it unknown is done."""
             try:

@@ -651,7 +651,10 @@ class Worker:
     def _report_unknown(self, job: Claimed, why: str) -> bool:
         """Mark the attempt unknown (the provider may have done the work:
         redrive or reconciliation decide), the reason logged; tried again
-        like every report.  True once it is unknown."""
+        like every report.  True once it is unknown.  The attempt stays
+        open, so no look-up of this worker's own open attempts may run it
+        again: it is untouchable from here on."""
+        self._untouchable.add(job.attempt_id)
         def mark(conn: Conn, tries: int) -> str:
             """One try at mark_unknown; a repeat finding it unknown is done."""
             try:
