@@ -482,10 +482,13 @@ test('the service survives a database restart and answers again within seconds',
     const serviceAfter = await backends(db);
     assert.deepEqual(serviceBefore.filter((p) => serviceAfter.includes(p)), [],
       'a connection of the service survived the restart');
-    // the cut request, sent again with its key, makes the one job for it
-    // (its INSERT never committed); every key of the restart has one job
+    // the cut request, sent again with its key, gets the one job for it:
+    // made now (201: its INSERT never committed) or by the cut request
+    // itself (200: in a fast shutdown the lock's holder can die first, and
+    // the held INSERT commit before its own backend is told to end; seen
+    // once on a loaded machine); every key of the restart has one job
     const again = await submit('rita', 'cut-1', charge(7));
-    assert.equal(again.status, 201, 'the cut request had written nothing');
+    assert.ok([200, 201].includes(again.status), `the cut request, sent again: ${again.status}`);
     for (const { key, body, r: first } of [{ key: 'cut-1', body: charge(7), r: again }, ...during]) {
       const retried = first.status === 503 ? await submit('rita', key, body) : first;
       assert.ok([200, 201].includes(retried.status), `${key}: ${retried.status}`);
