@@ -598,8 +598,9 @@ def session_state(problems: List[str]) -> Dict[str, Any]:
     def conn() -> psycopg.Connection:
         return psycopg.connect(pooled(DB + "_two"), autocommit=True)
     with conn() as a, conn() as b:
-        for c in (a, b):           # two server connections in the pool
-            c.execute("BEGIN")
+        for c in (a, b):           # two server connections in the pool, each
+            c.execute("BEGIN")     # with jobguard's library loaded (its settings
+            c.execute("SELECT jobguard.fast_path_status()")   # exist unpreloaded too)
         for c in (a, b):
             c.execute("COMMIT")
         a.execute("SET jobguard.notify = off")
