@@ -21,7 +21,7 @@ OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o
               src/store_dispatch.o src/store_lifecycle.o src/store_sql.o src/store_admin.o src/rows.o src/rows_write.o src/rows_rules.o src/rows_catalog.o \
               src/transitions.o src/attempt_states.o src/derived_check.o src/contract_compile.o src/contract_check.o src/security.o src/scopes.o src/policies.o src/metrics.o src/sweeper.o src/launcher.o src/subxact.o src/schema_level.o src/liveness.o \
               src/schedule.o src/limits.o
-DATA        = jobguard--1.0.sql jobguard--1.0--1.1.sql jobguard--1.1--1.2.sql
+DATA        = jobguard--1.0.sql jobguard--1.0--1.1.sql jobguard--1.1--1.2.sql jobguard--1.2--1.3.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
 JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy fast_path_rules worker derived_states finish_many key_index liveness flow parallel ranges
