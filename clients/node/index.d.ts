@@ -100,6 +100,9 @@ export interface Claimed {
   /** true when claim redrove a stalled attempt: the same request again, under the same
    * provider_key (1.2; undefined on a 1.1 database) */
   redrive?: boolean;
+  /** true when provider is a fallback of the operation's failover route, not the job's own
+   * provider: run the attempt against provider (1.3; undefined in a 1.2 database's claim rows) */
+  failover?: boolean;
 }
 
 /** An unknown attempt that claimUnknown leased to a reconciler (a row of jobguard.claim_unknown()). */
@@ -157,10 +160,13 @@ export interface ClaimOptions {
   timeoutSeconds?: number;
   /** at most this many jobs (1 to 1000); default 1 */
   maxJobs?: number;
-  /** null: each job's own provider; given: its own jobs plus certified failovers */
+  /** null: the provider each job's route chooses; given: only attempts against it */
   provider?: string | null;
   /** when nothing is runnable, wait up to this long for work; default 0 */
   waitSeconds?: number;
+  /** only attempts whose chosen provider is one of these; null or absent: any (1.3: a 1.2
+   * database's claim has no such argument) */
+  providers?: readonly string[] | null;
 }
 
 export interface FailOptions {
@@ -218,10 +224,18 @@ export function finishMany(db: Queryable, attemptIds: readonly AttemptId[],
   results: readonly Json[]): Promise<FinishOutcome[]>;
 /** The attempt's provider key (1.2). */
 export function providerKey(db: Queryable, attemptId: AttemptId): Promise<string>;
+/** Whether the database's claim takes a providers list (1.3). */
+export function claimTakesProviders(db: Queryable): Promise<boolean>;
 
 /** What a Worker calls for each claimed job; what it resolves to is the result.
  * Pass job.provider_key to your provider as its idempotency key. */
 export type Handler = (job: Claimed) => Json | Promise<Json>;
+
+/** A handler per provider: each attempt runs the handler of its row's provider, and a
+ * Worker never claims a row for a provider it has no handler for. */
+export interface Handlers {
+  handlers: Record<string, Handler>;
+}
 
 /** What a Reconciler calls for each unknown attempt: the provider's result, or
  * undefined / null when the provider does not know yet (the attempt stays unknown). */
@@ -241,7 +255,10 @@ export interface WorkerOptions {
   /** recorded on each attempt; give a stable one so that a restarted worker marks its earlier open attempts unknown */
   name?: string;
   operations?: readonly string[] | null;
+  /** only attempts against this provider (with handlers: one of theirs) */
   provider?: string | null;
+  /** one handler: the providers it serves (no row for another is claimed); default any */
+  providers?: readonly string[] | null;
   /** max_jobs per claim; default 1 */
   batch?: number;
   /** each attempt's deadline from the claim, and from each heartbeat; default 30 */
@@ -284,6 +301,8 @@ export interface WorkerStats {
   /** attempts marked unknown because the handler's result cannot be sent (undefined, null, not JSON, too large) */
   unrecorded: number;
   released: number;
+  /** rows for a provider the worker has no handler for, handed back unrun (a claim never gives them) */
+  unhandled: number;
   /** claims (or look-ups of its own open attempts) that met a server error: logged, tried again with backoff */
   claimErrors: number;
   /** reports tried again after a server error that was not a refusal (a timeout, a serialization failure, ...) */
@@ -297,7 +316,7 @@ export interface WorkerStats {
 
 /** Claims jobs, runs the handler on each, reports; heartbeats, reconnects, stops cleanly. */
 export class Worker {
-  constructor(handler: Handler, options?: WorkerOptions);
+  constructor(handler: Handler | Handlers, options?: WorkerOptions);
   readonly name: string;
   readonly stats: WorkerStats;
   readonly stopping: boolean;
@@ -448,3 +467,86 @@ export class InvalidParameterValue extends JobguardError {}
 export const BY_SQLSTATE: Record<string, typeof JobguardError>;
 /** The jobguard class for a pg error with a jobguard SQLSTATE; anything else unchanged. */
 export function translate(err: unknown): unknown;
+
+/** What a certification run gives the handler: a Worker's job, against the candidate
+ * provider, under a provider key of this run (point the handler at the provider's test
+ * mode); job_id is null for an input of a file that names no job. */
+export interface CertificationJob {
+  attempt_id: null;
+  job_id: JobId | null;
+  attempt_no: null;
+  operation: string;
+  provider: string;
+  params: Json;
+  deadline: null;
+  provider_key: string;
+  redrive: false;
+  failover: boolean;
+  certification: true;
+}
+
+/** compare: true when the output matches the winning result; false, a message or
+ * { path, message } when it does not. */
+export type Compare = (output: Json, winning: Json, job: CertificationJob) =>
+  boolean | string | { path?: string; message: string } | Promise<boolean | string | { path?: string; message: string }>;
+
+export interface CertifyOptions {
+  client?: Queryable;
+  pool?: Pool;
+  operation: string;
+  /** the candidate provider */
+  provider: string;
+  handler: (job: CertificationJob) => Json | Promise<Json>;
+  /** the params of this many of the operation's most recent succeeded jobs; default 50 */
+  sample?: number;
+  /** a file of inputs instead: one JSON object a line, {"params", "job_id"?, "result"?} */
+  inputs?: string;
+  compare?: Compare;
+}
+
+/** One input that did not pass. */
+export interface CertificationFailure {
+  jobId: JobId | null;
+  /** "job <id>", or "<file>:<line>" for a file's input without a job */
+  where: string;
+  /** the JSON path of the violation, '$' for the whole output */
+  path: string;
+  message: string;
+}
+
+/** The evidence certify_provider records (the SPEC's fixed shape). */
+export interface CertificationEvidence {
+  runner: string;
+  contract_version: number | null;
+  inputs: number;
+  passed: number;
+  failed: 0;
+  sample: 'recent' | 'file';
+  job_ids: JobId[];
+  started_at: string;
+  ended_at: string;
+}
+
+export interface CertificationReport {
+  certified: boolean;
+  operation: string;
+  provider: string;
+  contractVersion: number | null;
+  sample: 'recent' | 'file';
+  inputs: number;
+  passed: number;
+  failed: number;
+  failures: CertificationFailure[];
+  jobIds: JobId[];
+  /** set when certified */
+  evidence?: CertificationEvidence;
+}
+
+/** The certification runner (1.3): the handler on real inputs, each output checked with
+ * check_result (and compare); certify_provider only when every input passed. */
+export function certify(options: CertifyOptions): Promise<CertificationReport>;
+/** The caller may not read the params of the operation's jobs. */
+export class PayloadRightsRequired extends Error {}
+/** The run could not take place (no inputs, a bad inputs file, the contract changed, no
+ * right to certify); nothing was certified. */
+export class CertifyError extends Error {}

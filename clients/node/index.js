@@ -134,15 +134,32 @@ async function awaitJob(db, jobId, timeoutSeconds) {
 // timeoutSeconds from now; resolves to their rows (column names as in SQL),
 // [] when nothing is runnable.  On 1.2 a row also has provider_key (send it
 // to the provider as its idempotency key) and redrive (true: a stalled
-// attempt asked again under the same key); a 1.1 database has neither.  provider: null runs each against its job's
-// own provider; a provider given also takes failovers it is certified for.
-// waitSeconds > 0: wait that long for work (holds the connection meanwhile).
+// attempt asked again under the same key); a 1.1 database has neither.
+// On 1.3 a row has failover (true: the attempt runs against a provider of
+// the operation's failover route, not the job's own); run it against the
+// row's provider.  provider: only attempts against that provider (on 1.2:
+// its jobs and the failovers it is certified for); providers (1.3): only
+// attempts whose chosen provider is one of these (null: any; a 1.2
+// database has no such argument: 42883).  waitSeconds > 0: wait that long
+// for work (holds the connection meanwhile).
 async function claim(db, { worker, operations, timeoutSeconds = 30, maxJobs = 1, provider,
-  waitSeconds = 0 } = {}) {
-  // every column: 1.2 adds provider_key and redrive, 1.1 has the first seven
-  return run(db, `SELECT * FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval)`,
-  [nul(worker), operations == null ? null : [...operations], seconds(timeoutSeconds),
-    nul(maxJobs), nul(provider), seconds(waitSeconds)]);
+  waitSeconds = 0, providers } = {}) {
+  const values = [nul(worker), operations == null ? null : [...operations],
+    seconds(timeoutSeconds), nul(maxJobs), nul(provider), seconds(waitSeconds)];
+  // every column: 1.2 adds provider_key and redrive, 1.3 failover; 1.1 has the first seven
+  if (providers == null) {
+    return run(db, 'SELECT * FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval)',
+      values);
+  }
+  return run(db, `SELECT * FROM jobguard.claim($1, $2::text[], $3::interval, $4, $5, $6::interval,
+                                               $7::text[])`, [...values, [...providers]]);
+}
+
+// claimTakesProviders: whether the database's claim takes a providers list
+// (1.3).  One catalog look-up.
+async function claimTakesProviders(db) {
+  return value(db, `SELECT pg_catalog.to_regprocedure('jobguard.claim(text, text[], interval,'
+                     || ' integer, text, interval, text[])') IS NOT NULL AS v`, []);
 }
 
 // heartbeat: push back the deadline of a started attempt that has not timed
@@ -204,7 +221,7 @@ async function providerKey(db, attemptId) {
 
 module.exports = {
   submit, beginAttempt, finish, fail, markUnknown, cancelAttempt, cancelJob,
-  jobState, job, attempts, attempt, awaitJob, claim, heartbeat, submitMany,
+  jobState, job, attempts, attempt, awaitJob, claim, claimTakesProviders, heartbeat, submitMany,
   claimUnknown, finishMany, providerKey,
   ...errors,
 };
@@ -212,3 +229,6 @@ module.exports = {
 const { Worker, RetryLater, ProviderRefused, InProgress } = require('./worker');
 const { Reconciler } = require('./reconciler');
 Object.assign(module.exports, { Worker, RetryLater, ProviderRefused, InProgress, Reconciler });
+// the certification runner (1.3)
+const { certify, PayloadRightsRequired, CertifyError } = require('./certify');
+Object.assign(module.exports, { certify, PayloadRightsRequired, CertifyError });

@@ -1,6 +1,7 @@
 'use strict';
 // A worker loop on jobguard.claim().  new Worker(handler, options).run()
-// claims jobs (a batch at a time, waiting for work when there is none),
+// (or new Worker({ handlers: { stripe: fn, adyen: fn } }, options): a
+// handler per provider) claims jobs (a batch at a time, waiting for work when there is none),
 // awaits handler(job) for each and reports: the resolved value is the
 // result (finish; with batch > 1 the batch's results are recorded together
 // by one finish_many when the batch ends), a ProviderRefused ("the provider
@@ -9,6 +10,13 @@
 // InProgress ("the provider says this key is still being processed") marks
 // it unknown (mark_unknown), never failed: a failed attempt's successor
 // gets a new provider key while the first request may still be running.
+// Each attempt runs against the provider its row names (job.provider; on
+// 1.3 job.failover is true when that is a fallback of the operation's
+// route, not the job's own provider): with a handler per provider, that
+// provider's handler runs; one handler reads job.provider.  A worker never
+// claims a row for a provider it has no handler for: it passes claim the
+// providers of its handlers (claim's providers list on 1.3; on a 1.2
+// database, which has none, a claim per provider in turn).
 // Send job.provider_key to the provider as its idempotency key; a redrive
 // (job.redrive) is the same request again under the same key, and runs the
 // same handler.
@@ -44,11 +52,12 @@ const { Loop, Unsendable, ProviderRefused, RetryLater, InProgress, Lost, GaveUp,
 
 // OWN_OPEN_ATTEMPTS: a worker's started or unknown attempts but those
 // given, as claim rows; provider_key through to_jsonb (NULL on a 1.1
-// database, which has no such column), redrive: a predecessor was
-// redriven as this attempt
+// database, which has no such column), failover: against another provider
+// than the job's own, redrive: a predecessor was redriven as this attempt
 const OWN_OPEN_ATTEMPTS = `
   SELECT a.attempt_id::text, a.job_id::text, a.attempt_no, j.operation, a.provider, j.params,
          a.deadline, to_jsonb(a) ->> 'provider_key' AS provider_key,
+         a.provider IS DISTINCT FROM j.provider AS failover,
          EXISTS (SELECT 1 FROM jobguard.attempt_overview p
                   WHERE p.job_id = a.job_id AND p.state = 'cancelled'
                     AND p.cancel_reason = 'redriven as attempt ' || a.attempt_id) AS redrive
@@ -61,21 +70,57 @@ const OWN_OPEN_ATTEMPTS = `
 // REPORTED: what runOne resolves to when nothing is left to record
 const REPORTED = Symbol('reported');
 
+// handlersOf: the Worker's handler argument and its provider, providers
+// options as { handler, handlers, providers }: one function (providers:
+// the option, null for any), or { handlers: { provider: fn, ... } } (the
+// providers are the map's names).  A provider option must be one of the
+// providers.
+function handlersOf(handler, { provider = null, providers = null }) {
+  let handlers = null;
+  if (typeof handler === 'function') {
+    if (providers != null) {
+      providers = [...providers];
+      if (providers.length === 0 || !providers.every((p) => typeof p === 'string' && p !== '')) {
+        throw new TypeError('providers must be a non-empty list of provider names');
+      }
+    }
+  } else if (handler && typeof handler === 'object' && handler.handlers
+             && typeof handler.handlers === 'object') {
+    if (providers != null) throw new TypeError('give either handlers or the providers option, not both');
+    handlers = new Map(Object.entries(handler.handlers));
+    if (handlers.size === 0) throw new TypeError('handlers must name at least one provider');
+    for (const [name, fn] of handlers) {
+      if (typeof fn !== 'function') throw new TypeError(`the handler of provider "${name}" must be a function`);
+    }
+    providers = [...handlers.keys()];
+    handler = null;
+  } else {
+    throw new TypeError('handler must be a function or { handlers: { provider: function, ... } }');
+  }
+  if (provider != null && providers != null && !providers.includes(provider)) {
+    throw new RangeError(`provider "${provider}" has no handler in this worker`);
+  }
+  return { handler, handlers, providers };
+}
+
 class Worker extends Loop {
   // handler: async (job) => result, job a claim row (attempt_id, job_id,
-  // attempt_no, operation, provider, params, deadline).  options:
+  // attempt_no, operation, provider, params, deadline, provider_key,
+  // redrive, failover); or { handlers: { provider: async (job) => result } }.
+  // options:
   // connection (pg pool options; the PG* environment fills in the rest) or
   // pool (one of your own, used as is); name (recorded on each attempt;
   // default host, pid and a random part — give a stable one so that a
   // restarted worker picks up its own open attempts); operations, provider,
-  // batch (max_jobs), timeoutSeconds and waitSeconds for claim;
+  // batch (max_jobs), timeoutSeconds and waitSeconds for claim; providers
+  // (one handler only: the providers it serves; default any);
   // heartbeatSeconds (default a third of the timeout); reconnectMinSeconds
   // doubling up to reconnectMaxSeconds; shutdownGraceSeconds (how long a
   // report is tried once stopped); logger (info/warn/error, default console).
   constructor(handler, options = {}) {
     const { operations = null, provider = null, batch = 1, timeoutSeconds = 30, waitSeconds = 2,
       heartbeatSeconds } = options;
-    if (typeof handler !== 'function') throw new TypeError('handler must be a function');
+    const served = handlersOf(handler, options);
     if (!(batch >= 1)) throw new RangeError('batch must be at least 1');
     if (!(timeoutSeconds > 0) || !(waitSeconds >= 0)) {
       throw new RangeError('timeoutSeconds must be positive, waitSeconds not negative');
@@ -84,10 +129,13 @@ class Worker extends Loop {
     if (!(beat > 0)) throw new RangeError('heartbeatSeconds must be positive');
     // two connections: the loop's statements and the heartbeats
     super('worker', 2, { claimed: 0, adopted: 0, markedUnknown: 0, won: 0, lost: 0, rejected: 0,
-      failed: 0, inProgress: 0, handlerErrors: 0, unrecorded: 0, released: 0, heartbeats: 0,
-      heartbeatsRefused: 0 }, options);
-    Object.assign(this, { handler, operations, provider, batch, timeoutSeconds, waitSeconds,
+      failed: 0, inProgress: 0, handlerErrors: 0, unrecorded: 0, released: 0, unhandled: 0,
+      heartbeats: 0, heartbeatsRefused: 0 }, options);
+    Object.assign(this, { handler: served.handler, handlers: served.handlers,
+      providers: served.providers, operations, provider, batch, timeoutSeconds, waitSeconds,
       heartbeatSeconds: beat });
+    this.takesProviders = undefined;   // the database's claim takes providers (1.3)
+    this.turn = 0;              // 1.2, several providers: whose claim is next
     this.startedUp = false;     // the open attempts found at start were dealt with
     this.fresh = false;         // a claim's answer was lost: look for what it began
     this.hasFinishMany = undefined;   // the database has finish_many (1.2)
@@ -148,18 +196,44 @@ class Worker extends Loop {
     }
     // a claim that waited begins its attempts when the work came; waiting at
     // most a third of the timeout per claim keeps the loop responsive
-    const waitSeconds = Math.min(this.waitSeconds, this.timeoutSeconds / 3);
+    let waitSeconds = Math.min(this.waitSeconds, this.timeoutSeconds / 3);
     let jobs;
     try {
+      const only = await this.claimProviders();
+      if (only.provider !== undefined) waitSeconds /= this.providers.length;
       jobs = await this.call(() => api.claim(this.pool, { worker: this.name,
         operations: this.operations, timeoutSeconds: this.timeoutSeconds, maxJobs: this.batch,
-        provider: this.provider, waitSeconds }), { retry: false });
+        provider: this.provider, waitSeconds, ...only }), { retry: false });
     } catch (err) {
       this.fresh = true;   // it may have begun attempts
       throw err;
     }
     this.stats.claimed += jobs.length;
     return jobs;
+  }
+
+  // claimProviders: what limits a claim to the providers this worker has
+  // handlers for: nothing (any provider, or a provider option), claim's
+  // providers list (1.3), or, on a database whose claim has none (1.2), a
+  // claim for one provider, each in turn.  Whether claim takes a list is
+  // asked once.
+  async claimProviders() {
+    if (this.providers === null || this.provider !== null) return {};
+    if (this.takesProviders === undefined) {
+      this.takesProviders = await this.call(() => api.claimTakesProviders(this.pool),
+        { retry: false });
+    }
+    if (this.takesProviders) return { providers: this.providers };
+    return { provider: this.providers[this.turn++ % this.providers.length] };
+  }
+
+  // handlerFor: the function that runs the job's attempt (its provider's,
+  // or the one handler), or undefined when this worker serves no such
+  // provider.
+  handlerFor(job) {
+    if (this.handlers) return this.handlers.get(job.provider);
+    if (this.providers !== null && !this.providers.includes(job.provider)) return undefined;
+    return this.handler;
   }
 
   // markEarlier: an open attempt of this worker's name from before it
@@ -194,6 +268,13 @@ class Worker extends Loop {
         if (this.stopping) {
           for (const rest of jobs.slice(i)) await this.release(rest);
           return;
+        }
+        if (!this.handlerFor(jobs[i])) {   // not claimed so; its handler never runs here
+          this.stats.unhandled++;
+          this.logger.error(`${this.name}: attempt ${jobs[i].attempt_id} of job ${jobs[i].job_id} `
+            + `is against provider ${jobs[i].provider}, which this worker has no handler for; handed back`);
+          await this.release(jobs[i]);
+          continue;
         }
         let result;
         try {
@@ -238,7 +319,7 @@ class Worker extends Loop {
     this.ran.add(job.attempt_id);
     let result;
     try {
-      result = await this.handler(job);
+      result = await this.handlerFor(job)(job);
     } catch (err) {
       if (err instanceof InProgress) {
         if (await this.reportUnknown(job, 'it is still in progress at the provider')) {

@@ -3,7 +3,7 @@
 import { Pool } from 'pg';
 import * as jobguard from '..';
 import type { AttemptId, Claimed, JobId, Outcome, JobState, SubmitOutcome, WorkerStats,
-  Unknown, FinishOutcome, ReconcilerStats } from '..';
+  Unknown, FinishOutcome, ReconcilerStats, CertificationReport } from '..';
 
 // usage: the calls a typed application makes, with the types they get.
 async function usage(pool: Pool): Promise<void> {
@@ -131,6 +131,41 @@ async function usage12(pool: Pool): Promise<void> {
   void n; void key; void rs;
 }
 
+// usage13: handlers per provider, claim's providers list and failover, the runner.
+async function usage13(pool: Pool): Promise<void> {
+  const worker = new jobguard.Worker({ handlers: {
+    stripe: async (job) => ({ via: job.provider, fallback: job.failover === true }),
+    adyen: async (job) => ({ key: job.provider_key ?? null }),
+  } }, { operations: ['charge'], batch: 4 });
+  const ws: WorkerStats = await worker.run({ untilIdle: true });
+  const unhandled: number = ws.unhandled;
+  const one = new jobguard.Worker(async (job) => ({ p: job.provider }), { providers: ['stripe', 'adyen'] });
+  void one;
+  const takes: boolean = await jobguard.claimTakesProviders(pool);
+  const rows: Claimed[] = await jobguard.claim(pool, { worker: 'w', providers: ['adyen'] });
+  const fo: boolean | undefined = rows[0]?.failover;
+  const report: CertificationReport = await jobguard.certify({ pool, operation: 'charge',
+    provider: 'adyen', sample: 20, handler: async (job) => ({ key: job.provider_key }),
+    compare: (output, winning) => JSON.stringify(output) === JSON.stringify(winning) });
+  if (!report.certified) {
+    for (const f of report.failures) {
+      const where: string = `${f.where} ${f.path} ${f.message}`;
+      void where;
+    }
+  } else {
+    const version: number | null = report.evidence!.contract_version;
+    void version;
+  }
+  await jobguard.certify({ client: pool, operation: 'charge', provider: 'adyen', inputs: 'in.jsonl',
+    handler: async () => ({}) });
+  // @ts-expect-error a handler per provider is a function
+  void new jobguard.Worker({ handlers: { stripe: 'call' } });
+  // @ts-expect-error certify needs the candidate provider
+  await jobguard.certify({ pool, operation: 'charge', handler: async () => ({}) });
+  void unhandled; void takes; void fo;
+}
+
 void usage;
 void usage11;
 void usage12;
+void usage13;
