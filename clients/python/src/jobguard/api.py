@@ -105,6 +105,9 @@ class Claimed:
     #: True when claim redrove a stalled attempt: the same request again,
     #: under the same provider key (1.2; False on a 1.1 database)
     redrive: bool = False
+    #: True when the attempt runs against a fallback on the job's failover
+    #: route, not the job's own provider (1.3; False before)
+    failover: bool = False
 
 
 @dataclass(frozen=True)
@@ -386,28 +389,37 @@ def await_job(conn: Conn, job_id: JobId, timeout: Seconds) -> Steps[JobState]:
 @Statement
 def claim(conn: Conn, worker: str, operations: Optional[Sequence[str]] = None,
           timeout: Seconds = 30, max_jobs: int = 1, provider: Optional[str] = None,
-          wait: Seconds = 0) -> Steps[List[Claimed]]:
+          wait: Seconds = 0, providers: Optional[Sequence[str]] = None) -> Steps[List[Claimed]]:
     """Begin an attempt on each of up to ``max_jobs`` runnable jobs (oldest
     first; ``operations`` None: any) for ``worker``, each with a deadline
     ``timeout`` from now, and return them; an empty list when nothing is
-    runnable.  ``provider`` None runs each against its job's own provider; a
-    provider given also takes failovers it is certified for.  ``wait`` > 0:
-    wait up to that long for work (READ COMMITTED or autocommit only).
-    Commit promptly: the attempts' deadlines run from the claim."""
-    # every column: a 1.2 database adds provider_key and redrive, a 1.1
-    # database (served by the 1.2 library) has the first seven only
-    rows = (yield "SELECT * FROM jobguard.claim(%s, %s::text[], %s, %s, %s, %s)",
-                 (worker, None if operations is None else list(operations),
-                  _interval(timeout), max_jobs, provider, _interval(wait)))
+    runnable.  ``provider`` None runs each against the provider its job's
+    route chooses (its own, or a certified fallback: ``failover``); a
+    provider given serves only attempts against it.  ``providers`` (1.3)
+    serves only attempts whose chosen provider is in the list (None: any).
+    ``wait`` > 0: wait up to that long for work (READ COMMITTED or
+    autocommit only).  Commit promptly: the attempts' deadlines run from
+    the claim."""
+    # every column: 1.3 adds failover, 1.2 provider_key and redrive, a 1.1
+    # database (served by a later library) has the first seven only
+    args = [worker, None if operations is None else list(operations), _interval(timeout),
+            max_jobs, provider, _interval(wait)]
+    if providers is None:   # the form every version has
+        sql = "SELECT * FROM jobguard.claim(%s, %s::text[], %s, %s, %s, %s)"
+    else:
+        sql = "SELECT * FROM jobguard.claim(%s, %s::text[], %s, %s, %s, %s, %s::text[])"
+        args.append(list(providers))
+    rows = yield sql, args
     return [claimed(r) for r in rows]
 
 
 def claimed(r: Dict[str, Any]) -> Claimed:
-    """A Claimed from a row of claim (or of the same columns); provider_key
-    and redrive are absent on a 1.1 database."""
+    """A Claimed from a row of claim (or of the same columns); failover is
+    absent before 1.3, provider_key and redrive on a 1.1 database."""
     return Claimed(AttemptId(r["attempt_id"]), JobId(r["job_id"]), r["attempt_no"],
                    r["operation"], r["provider"], r["params"], r["deadline"],
-                   r.get("provider_key"), bool(r.get("redrive") or False))
+                   r.get("provider_key"), bool(r.get("redrive") or False),
+                   bool(r.get("failover") or False))
 
 
 @Statement
