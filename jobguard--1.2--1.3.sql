@@ -29,3 +29,275 @@
 ---------------------------------------------------------------------------
 -- Part 2. What an operator did, and what is owed back
 ---------------------------------------------------------------------------
+
+/*
+ * What an operator did (doc/reference.md, "Operator actions"): one row per
+ * successful call of an operator-only or administrative function that
+ * changes something, written in the caller's transaction by the function
+ * itself (src/audit.c for the C ones; the PL/pgSQL ones below).  role is
+ * session_user, acting_as current_user; target the job, attempt, provider,
+ * operation or role acted on (as text; action says which); arguments the
+ * call's arguments by name; reason the function's reason argument, else
+ * the transaction's jobguard.action_reason.  Only the owner writes it (the
+ * functions write it as the owner): no one can forge a row.  Operators and
+ * readers of every scope read it; dump and restore keep it; purge never
+ * touches it.
+ */
+CREATE TABLE jobguard.operator_actions (
+	id			bigserial PRIMARY KEY,
+	at			timestamptz NOT NULL DEFAULT pg_catalog.clock_timestamp(),
+	role		text NOT NULL,
+	acting_as	text NOT NULL,
+	action		text NOT NULL,
+	target		text,
+	arguments	jsonb NOT NULL,
+	reason		text
+);
+
+COMMENT ON TABLE jobguard.operator_actions IS 'one row per successful call of an operator or administrative function: when, who (role, acting_as), what (action, target, arguments) and why (reason)';
+
+CREATE INDEX operator_actions_at ON jobguard.operator_actions (at);
+
+SELECT pg_catalog.pg_extension_config_dump('jobguard.operator_actions', '');
+SELECT pg_catalog.pg_extension_config_dump('jobguard.operator_actions_id_seq', '');
+
+/*
+ * What is owed back (doc/reference.md, "Lost results"): a result that lost
+ * the compare-and-swap and was kept (attempts.lost_result) may be money
+ * the provider took twice; mark_refunded() records that it was settled.
+ * A table of its own: the fast path writes attempts' tuples by column
+ * number.  No foreign key to attempts either: its triggers on attempts
+ * would send every write of attempts through the executor (the fast path
+ * steps aside for any trigger).  A record outlives its attempt's purge,
+ * as the operator action that made it does.
+ */
+CREATE TABLE jobguard.refunds (
+	attempt_id	bigint PRIMARY KEY,
+	reference	text NOT NULL,
+	refunded_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	refunded_by text NOT NULL,
+	CONSTRAINT refunds_reference_length CHECK (pg_catalog.char_length(reference) BETWEEN 1 AND 255)
+);
+
+COMMENT ON TABLE jobguard.refunds IS 'per attempt whose lost result was settled: the reference, when and by whom (written by mark_refunded)';
+
+SELECT pg_catalog.pg_extension_config_dump('jobguard.refunds', '');
+
+/*
+ * lost_results: every lost result with its refund, in the scopes the
+ * caller may read; lost_result itself only where it may read payloads.
+ */
+CREATE VIEW jobguard.lost_results WITH (security_barrier) AS
+SELECT a.id AS attempt_id,
+	   a.job_id,
+	   j.scope,
+	   j.owner_id,
+	   j.operation,
+	   a.provider,
+	   a.provider_key,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN a.lost_result END AS lost_result,
+	   a.finished_at,
+	   r.refunded_at,
+	   r.reference AS refund_reference
+  FROM jobguard.attempts a
+  JOIN jobguard.jobs j ON j.id = a.job_id
+  LEFT JOIN jobguard.refunds r ON r.attempt_id = a.id
+ WHERE a.lost_result IS NOT NULL
+   AND jobguard.scope_visible(j.scope);
+
+COMMENT ON VIEW jobguard.lost_results IS 'results that lost the compare-and-swap and were kept (perhaps money taken twice), with their refund (mark_refunded)';
+
+/*
+ * mark_refunded: operators record that an attempt's lost result was
+ * settled, under a reference.  The same reference again changes nothing;
+ * another one is JG007; an attempt without a lost result JG006.
+ */
+CREATE FUNCTION jobguard.mark_refunded(attempt_id bigint, reference text)
+RETURNS void
+LANGUAGE C VOLATILE PARALLEL UNSAFE
+AS 'MODULE_PATHNAME', 'jobguard_mark_refunded';
+
+COMMENT ON FUNCTION jobguard.mark_refunded(bigint, text) IS 'operators: record that the lost result of an attempt was settled (refunded), under a reference; recorded in operator_actions';
+
+REVOKE ALL ON FUNCTION jobguard.mark_refunded(bigint, text) FROM PUBLIC;
+
+/*
+ * The audited C functions are pointed at their wrappers in src/audit.c,
+ * jobguard_audited_<name>, which call the unaudited entry point with the
+ * same arguments and then record the call.  Each is redefined from its own
+ * definition (pg_get_functiondef) with only the symbol changed, so that
+ * signature, defaults and attributes stay exactly what the scripts that
+ * made them say, Part 1's included (set_provider_policy, set_failover).
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	f record;
+	def text;
+	patched text;
+BEGIN
+	FOR f IN
+		SELECT p.oid::pg_catalog.regprocedure AS routine, p.proname::pg_catalog.text AS name
+		  FROM pg_catalog.pg_proc p
+		 WHERE p.pronamespace OPERATOR(pg_catalog.=) 'jobguard'::pg_catalog.regnamespace
+		   AND p.prolang OPERATOR(pg_catalog.=)
+			   (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname OPERATOR(pg_catalog.=) 'c')
+		   AND p.proname OPERATOR(pg_catalog.=) ANY ('{cancel_attempt,cancel_job,redrive_attempt,retry_job,reschedule,set_provider_policy,set_failover,certify_provider,revoke_provider,define_operation}'::pg_catalog.name[])
+		   AND p.prosrc OPERATOR(pg_catalog.=) ('jobguard_' OPERATOR(pg_catalog.||) p.proname::pg_catalog.text)
+	LOOP
+		def := pg_catalog.pg_get_functiondef(f.routine);
+		patched := pg_catalog.replace(def,
+			pg_catalog.format('$function$jobguard_%s$function$', f.name),
+			pg_catalog.format('$function$jobguard_audited_%s$function$', f.name));
+		IF patched OPERATOR(pg_catalog.=) def THEN
+			RAISE EXCEPTION 'jobguard update: no symbol jobguard_% in the definition of %', f.name, f.routine;
+		END IF;
+		EXECUTE patched;
+	END LOOP;
+END
+$$;
+
+/*
+ * The PL/pgSQL administrative functions (grant_client, grant_reader,
+ * grant_operator, revoke_client, set_key_policy) record the call
+ * themselves: each is redefined from its own definition with the INSERT
+ * added on the line of its BEGIN, after require_administrator() (as 1.2
+ * added that call), so that the bodies and the line numbers their errors'
+ * CONTEXT names stay those of the scripts that wrote them.  A call that
+ * fails afterwards takes the row with it.  They run with the caller's
+ * rights, which are the owner's (require_administrator), so the INSERT
+ * is the owner's too.
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	f record;
+	args text;
+	def text;
+	call text;
+	patched text;
+BEGIN
+	FOR f IN
+		SELECT p.oid::pg_catalog.regprocedure AS routine, p.proname::pg_catalog.text AS name,
+			   p.proargnames AS names, t.target
+		  FROM (VALUES ('jobguard.grant_client(regrole, text)', 'role'),
+					   ('jobguard.grant_reader(regrole, text, boolean)', 'role'),
+					   ('jobguard.grant_operator(regrole)', 'role'),
+					   ('jobguard.revoke_client(regrole)', 'role'),
+					   ('jobguard.set_key_policy(text, interval, text[], text)', 'operation'))
+			   AS t(routine, target)
+		  JOIN pg_catalog.pg_proc p
+			ON p.oid OPERATOR(pg_catalog.=) t.routine::pg_catalog.regprocedure
+	LOOP
+		SELECT pg_catalog.string_agg(pg_catalog.format('%L, %I.%I', a.n, f.name, a.n), ', ' ORDER BY a.i)
+		  INTO args
+		  FROM pg_catalog.unnest(f.names) WITH ORDINALITY AS a(n, i);
+		call := pg_catalog.format('PERFORM jobguard.require_administrator(%L);', f.name);
+		def := pg_catalog.pg_get_functiondef(f.routine);
+		patched := pg_catalog.replace(def, call, call OPERATOR(pg_catalog.||) pg_catalog.format(
+			' INSERT INTO jobguard.operator_actions (role, acting_as, action, target, arguments, reason)'
+			' VALUES (session_user, current_user, %L, %I.%I::pg_catalog.text, pg_catalog.jsonb_build_object(%s),'
+			' NULLIF(pg_catalog.current_setting(''jobguard.action_reason'', true), ''''));',
+			f.name, f.name, f.target, args));
+		IF patched OPERATOR(pg_catalog.=) def THEN
+			RAISE EXCEPTION 'jobguard update: no call of require_administrator in the body of %', f.routine;
+		END IF;
+		EXECUTE patched;
+	END LOOP;
+END
+$$;
+
+/*
+ * grant_audit_routines: when a role becomes (or stays) a reader, a client
+ * or an operator, give it lost_results (scoped by the view); a reader of
+ * every scope and an operator also operator_actions; an operator also
+ * mark_refunded.  take_back revokes them with everything else.
+ */
+CREATE FUNCTION jobguard.grant_audit_routines()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	EXECUTE format('GRANT SELECT ON jobguard.lost_results TO %s', NEW.role);
+	IF NEW.kind = 'operator' OR (NEW.kind = 'reader' AND NEW.scope IS NULL) THEN
+		EXECUTE format('GRANT SELECT ON jobguard.operator_actions TO %s', NEW.role);
+	END IF;
+	IF NEW.kind = 'operator' THEN
+		EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.mark_refunded(bigint, text) TO %s', NEW.role);
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION jobguard.grant_audit_routines() FROM PUBLIC;
+
+CREATE TRIGGER grants_audit_routines
+	AFTER INSERT OR UPDATE ON jobguard.grants
+	FOR EACH ROW EXECUTE FUNCTION jobguard.grant_audit_routines();
+
+/*
+ * The objects of this part got the default privileges in force for the
+ * updating role: take every such right back (with the WARNING of the
+ * earlier scripts), then give the roles granted before this update what
+ * the grant functions give new ones.
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	g record;
+	taken text[] := '{}';
+BEGIN
+	FOR g IN
+		SELECT p.oid::pg_catalog.regprocedure AS routine,
+			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END AS grantee
+		  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+		 WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				   'jobguard.mark_refunded(bigint, text)'::pg_catalog.regprocedure,
+				   'jobguard.grant_audit_routines()'::pg_catalog.regprocedure])
+		   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM %s', g.routine, g.grantee);
+		IF g.grantee OPERATOR(pg_catalog.<>) 'PUBLIC' AND NOT g.grantee OPERATOR(pg_catalog.=) ANY (taken) THEN
+			taken := taken OPERATOR(pg_catalog.||) g.grantee;
+		END IF;
+	END LOOP;
+	FOR g IN
+		SELECT c.oid::pg_catalog.regclass AS rel,
+			   CASE c.relkind WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind,
+			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END AS grantee
+		  FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+		 WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				   'jobguard.operator_actions'::pg_catalog.regclass,
+				   'jobguard.operator_actions_id_seq'::pg_catalog.regclass,
+				   'jobguard.refunds'::pg_catalog.regclass,
+				   'jobguard.lost_results'::pg_catalog.regclass])
+		   AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON %s %s FROM %s', g.kind, g.rel, g.grantee);
+		IF g.grantee OPERATOR(pg_catalog.<>) 'PUBLIC' AND NOT g.grantee OPERATOR(pg_catalog.=) ANY (taken) THEN
+			taken := taken OPERATOR(pg_catalog.||) g.grantee;
+		END IF;
+	END LOOP;
+	-- said once: a fresh install's jobguard--1.0--1.1.sql has said it already
+	IF pg_catalog.cardinality(taken) > 0 AND NOT EXISTS (
+		SELECT 1 FROM pg_catalog.pg_class c
+		 WHERE c.oid OPERATOR(pg_catalog.=) 'jobguard.grants'::pg_catalog.regclass
+		   AND c.xmin OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()::pg_catalog.xid) THEN
+		RAISE WARNING 'jobguard revoked the rights that default privileges gave % on its objects',
+			pg_catalog.array_to_string(taken, ', ')
+			USING DETAIL = 'Only jobguard.grant_client(), grant_reader() and grant_operator() give rights on jobguard.';
+	END IF;
+	FOR g IN SELECT gr.role, gr.kind, gr.scope FROM jobguard.grants gr
+	LOOP
+		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.lost_results TO %s', g.role);
+		IF g.kind OPERATOR(pg_catalog.=) 'operator'
+		   OR (g.kind OPERATOR(pg_catalog.=) 'reader' AND g.scope IS NULL) THEN
+			EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.operator_actions TO %s', g.role);
+		END IF;
+		IF g.kind OPERATOR(pg_catalog.=) 'operator' THEN
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION jobguard.mark_refunded(bigint, text) TO %s',
+									  g.role);
+		END IF;
+	END LOOP;
+END
+$$;

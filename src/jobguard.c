@@ -18,6 +18,7 @@
 #include "claim_floor.h"
 #include "notify_worker.h"
 #include "args.h"
+#include "audit.h"
 #include "job_notify.h"
 #include "launcher.h"
 #include "metrics.h"
@@ -53,6 +54,7 @@ _PG_init(void)
 							"Larger ones are refused with SQLSTATE 54000 and nothing is written.",
 							&max_payload_kb, 1024, 1, 1024 * 1024, PGC_SUSET, GUC_UNIT_KB,
 							NULL, NULL, NULL);
+	audit_init();
 	/* first: it defines jobguard.database before sweeper_init reserves the prefix */
 	launcher_init();
 	sweeper_init();
