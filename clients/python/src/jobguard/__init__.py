@@ -1,8 +1,10 @@
 """jobguard for Python: the jobguard SQL API on psycopg 3, with one
 exception class per jobguard SQLSTATE, distinct job and attempt id types,
 a worker loop on claim (``Worker``), a reconciler loop on claim_unknown
-(``Reconciler``), and the same for asyncio (``AsyncConnection``,
-``AsyncWorker``, ``AsyncReconciler``).
+(``Reconciler``), the same for asyncio (``AsyncConnection``,
+``AsyncWorker``, ``AsyncReconciler``), their decisions written once
+(``jobguard.loop``), and the certification runner (``certify``; the
+command line ``python3 -m jobguard certify``).
 
 Importing this package registers the exception classes with psycopg.
 """
@@ -20,6 +22,7 @@ from .ids import AttemptId, JobId
 from .worker import Handler, InProgress, ProviderRefused, RetryLater, Worker, WorkerStats
 from .reconciler import Reconcile, Reconciler, ReconcilerStats
 from .aio import AsyncConnection, AsyncHandler, AsyncReconciler, AsyncWorker
+from .certify import CertifyError, CertifyReport, Failure, PayloadRightsRequired, certify
 
 __version__ = "1.1.0"
 
@@ -33,6 +36,7 @@ __all__ = [
     "Worker", "WorkerStats", "RetryLater", "ProviderRefused", "InProgress", "Handler",
     "Reconciler", "ReconcilerStats", "Reconcile",
     "AsyncConnection", "AsyncWorker", "AsyncHandler", "AsyncReconciler",
+    "certify", "CertifyReport", "Failure", "CertifyError", "PayloadRightsRequired",
     "JobguardError", "IdempotencyKeyReused", "AttemptInFlight", "JobClosed",
     "ProviderNotCertified", "AttemptsExhausted", "InvalidTransition", "ResultMismatch",
     "JobNotFound", "AttemptNotFound", "NullValueNotAllowed", "InvalidParameterValue",

@@ -108,6 +108,10 @@ class Claimed:
     #: True when the attempt runs against a fallback on the job's failover
     #: route, not the job's own provider (1.3; False before)
     failover: bool = False
+    #: True when the certification runner (``jobguard.certify``) calls the
+    #: handler on a replayed input: no attempt (``attempt_id`` 0), the
+    #: provider is the candidate; point the handler at its test mode
+    certification: bool = False
 
 
 @dataclass(frozen=True)
