@@ -545,6 +545,8 @@ export interface CertificationReport {
 /** The certification runner (1.3): the handler on real inputs, each output checked with
  * check_result (and compare); certify_provider only when every input passed. */
 export function certify(options: CertifyOptions): Promise<CertificationReport>;
+/** One failure as the command line prints it: "job 12: $.amount: expected integer, got string". */
+export function formatFailure(failure: CertificationFailure): string;
 /** The caller may not read the params of the operation's jobs. */
 export class PayloadRightsRequired extends Error {}
 /** The run could not take place (no inputs, a bad inputs file, the contract changed, no

@@ -230,5 +230,5 @@ const { Worker, RetryLater, ProviderRefused, InProgress } = require('./worker');
 const { Reconciler } = require('./reconciler');
 Object.assign(module.exports, { Worker, RetryLater, ProviderRefused, InProgress, Reconciler });
 // the certification runner (1.3)
-const { certify, PayloadRightsRequired, CertifyError } = require('./certify');
-Object.assign(module.exports, { certify, PayloadRightsRequired, CertifyError });
+const { certify, PayloadRightsRequired, CertifyError, formatFailure } = require('./certify');
+Object.assign(module.exports, { certify, PayloadRightsRequired, CertifyError, formatFailure });

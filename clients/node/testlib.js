@@ -12,13 +12,18 @@ async function admin(sql) {
   try { await c.query(sql); } finally { await c.end(); }
 }
 
+// the jobguard version the tests install (JG_EXTENSION_VERSION, e.g. 1.2:
+// the client against a database not yet updated); default the newest
+const VERSION = process.env.JG_EXTENSION_VERSION || null;
+
 // setUp: create the database with jobguard, a contract and a certified
 // fallback provider; resolves to a Pool on it.
 async function setUp(db = DB) {
   await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
   await admin(`CREATE DATABASE ${db}`);
   const pool = new Pool({ database: db });
-  await pool.query('CREATE EXTENSION jobguard');
+  if (VERSION) await pool.query(`CREATE EXTENSION jobguard VERSION '${VERSION.replace(/'/g, "''")}'`);
+  else await pool.query('CREATE EXTENSION jobguard');
   await pool.query(`SELECT jobguard.define_operation('charge',
     '{"type": "object", "required": ["charge_id"]}')`);
   await pool.query(`SELECT jobguard.certify_provider('charge', 'backup-psp')`);
@@ -31,4 +36,4 @@ async function tearDown(pool, db = DB) {
   await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
 }
 
-module.exports = { DB, admin, setUp, tearDown };
+module.exports = { DB, VERSION, admin, setUp, tearDown };

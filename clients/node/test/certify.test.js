@@ -28,7 +28,7 @@ test.before(async () => {
 });
 test.after(async () => {
   await tearDown(pool, DB);
-  fs.rmSync(dir, { recursive: true, force: true });
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
 
 // freshOp: a new operation with CONTRACT and n succeeded jobs against
