@@ -84,6 +84,17 @@ COMMENT ON TABLE jobguard.refunds IS 'per attempt whose lost result was settled:
 SELECT pg_catalog.pg_extension_config_dump('jobguard.refunds', '');
 
 /*
+ * The lost attempts by when they lost: what lost_results reads (and an
+ * operator's console counts) without a scan of every attempt.  An attempt
+ * becomes lost once, in the update that ends it.
+ */
+CREATE INDEX attempts_lost
+	ON jobguard.attempts (finished_at)
+	WHERE state = 'lost';
+
+COMMENT ON INDEX jobguard.attempts_lost IS 'lost attempts (their result lost the compare-and-swap and was kept) by finished_at: what lost_results reads';
+
+/*
  * lost_results: every lost result with its refund, in the scopes the
  * caller may read; lost_result itself only where it may read payloads.
  */
@@ -102,7 +113,7 @@ SELECT a.id AS attempt_id,
   FROM jobguard.attempts a
   JOIN jobguard.jobs j ON j.id = a.job_id
   LEFT JOIN jobguard.refunds r ON r.attempt_id = a.id
- WHERE a.lost_result IS NOT NULL
+ WHERE a.state = 'lost'			-- a lost attempt, and only one, keeps a lost_result
    AND jobguard.scope_visible(j.scope);
 
 COMMENT ON VIEW jobguard.lost_results IS 'results that lost the compare-and-swap and were kept (perhaps money taken twice), with their refund (mark_refunded)';

@@ -1,6 +1,7 @@
 # pg_dump and restore keep everything jobguard holds: jobs, attempts,
 # results, lost results, contracts and certifications.  After a restore an
 # old key still replays to its old job, and new jobs get fresh ids.
+# Operator actions and refund records (1.3) come along too.
 #
 # Who may dump and restore (doc/security.md, "Who may install, dump and
 # restore"): a database owner who is not a superuser cannot dump a database
@@ -37,6 +38,8 @@ SELECT jobguard.cancel_attempt(:a1, 'stripe stalled');
 SELECT jobguard.begin_attempt(:j, 'adyen') AS a2 \gset
 SELECT jobguard.finish_attempt(:a2, '{"id": "ady_1"}');
 SELECT jobguard.finish_attempt(:a1, '{"id": "ch_late"}');
+-- the lost result settled (1.3): a refund record, and its operator action
+SELECT jobguard.mark_refunded(:a1, 're_late_1');
 -- a rejected result, then a failure
 SELECT job_id AS j FROM jobguard.submit('alice', 'order-2', 'charge', '{"amount": 5}', 'stripe', 3) \gset
 SELECT jobguard.begin_attempt(:j) AS a \gset
@@ -78,10 +81,14 @@ SELECT string_agg(t, E'\n') FROM (
   UNION ALL SELECT 'grant ' || (g.role, g.kind, g.scope, g.payloads)::text FROM jobguard.grants g
   UNION ALL SELECT 'provider policy ' || (p.provider, p.dedupes_for, p.max_in_flight, p.max_per_second)::text
     FROM jobguard.provider_policy p
+  UNION ALL SELECT 'operator action ' || o::text FROM jobguard.operator_actions o
+  UNION ALL SELECT 'refund ' || r::text FROM jobguard.refunds r
   ORDER BY 1) s
 };
 my $before = $node->safe_psql('app', $everything);
 like($before, qr/ch_late/, 'the lost result is stored before the dump');
+like($before, qr/operator action \(\d+,[^\n]*,mark_refunded,/, 'the operator actions are stored before the dump');
+like($before, qr/refund \(\d+,re_late_1,/, 'and the refund record');
 
 my $dump = PostgreSQL::Test::Utils::tempdir() . '/app.dump';
 $node->command_ok(
@@ -114,6 +121,18 @@ my $new_job = $node->safe_psql('restored',
 cmp_ok($new_job, '>', $max_job, 'a new job gets an id above every restored one');
 my $new_attempt = $node->safe_psql('restored', "SELECT jobguard.begin_attempt($new_job)");
 cmp_ok($new_attempt, '>', $max_attempt, 'a new attempt gets an id above every restored one');
+
+# the restored refund is in force, and new operator actions are numbered
+# after the restored ones: their sequence came along
+my $lost = $node->safe_psql('restored', q{SELECT attempt_id FROM jobguard.lost_results});
+is($node->safe_psql('restored', "SELECT refund_reference FROM jobguard.lost_results WHERE attempt_id = $lost"),
+	're_late_1', 'the restored lost result shows its refund');
+($code, $out, $err) = $node->psql('restored', "SELECT jobguard.mark_refunded($lost, 're_other')");
+like($err, qr/already marked refunded with another reference/, 'another reference for the restored refund is refused');
+my $max_action = $node->safe_psql('restored', 'SELECT max(id) FROM jobguard.operator_actions');
+$node->safe_psql('restored', "SELECT jobguard.mark_refunded($lost, 're_late_1')");
+is($node->safe_psql('restored', "SELECT action FROM jobguard.operator_actions WHERE id > $max_action"),
+	'mark_refunded', 'a new operator action gets an id above every restored one');
 
 # the restored contract, certifications and gate are in force
 is($node->safe_psql('restored', "SELECT jobguard.finish_attempt($new_attempt, '{\"wrong\": 1}')"),
@@ -287,6 +306,12 @@ like($err, qr/job $shop_job does not exist/, "the blog still cannot see the shop
 is(as_role($other, 'owned', 'audit', 'SELECT count(*) || $$ $$ || count(params) FROM jobguard.job_overview'),
 	'1 0', 'the reader of the shop reads its job, without payloads');
 is(as_role($other, 'owned', 'ops', 'SELECT count(*) FROM jobguard.job_overview'), '2', 'the operator reads both scopes');
+my $actions = q{SELECT string_agg(format('%s %s %s %s', id, action, target, acting_as), ', ' ORDER BY id) FROM jobguard.operator_actions};
+is(as_role($other, 'owned', 'ops', $actions), $node->safe_psql('owned', $actions),
+	'the operator reads the restored operator actions (the grants made before the dump)');
+($ret, $out, $err) = $other->psql('owned', 'SELECT count(*) FROM jobguard.operator_actions',
+	connstr => $other->connstr('owned') . ' user=audit');
+like($err, qr/permission denied for table operator_actions/, 'the reader of one scope may not read them');
 is($other->safe_psql('owned', 'SELECT string_agg(id::text, $$,$$ ORDER BY id) FROM orders'), '1,2',
 	"the owner's own table came along");
 
