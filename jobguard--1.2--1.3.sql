@@ -26,6 +26,365 @@
 -- Part 1. Failover routes, certification bound to the contract, pausing
 ---------------------------------------------------------------------------
 
+/*
+ * A certification is bound to the contract it was earned under: the
+ * operation's contract_version when certify_provider() ran (NULL when the
+ * operation had no contract then).  It counts only while that version is
+ * the operation's current one; define_operation() with a contract that
+ * differs makes it stale (its row stays).  The certifications of 1.2 are
+ * taken as earned under the version current at this update.  This column
+ * is also what tells the library that the database holds 1.3's objects
+ * (src/schema_level.c).
+ */
+ALTER TABLE jobguard.certifications ADD COLUMN contract_version bigint;
+
+UPDATE jobguard.certifications AS c
+   SET contract_version = o.contract_version
+  FROM jobguard.operations o
+ WHERE o.operation OPERATOR(pg_catalog.=) c.operation;
+
+COMMENT ON COLUMN jobguard.certifications.contract_version IS 'the operation''s contract_version the certification was earned under (NULL: it had none); stale once the operation''s contract changes';
+
+/*
+ * certification_overview: certified now means live and earned under the
+ * operation's current contract; contract_version and stale appended.
+ */
+CREATE OR REPLACE VIEW jobguard.certification_overview AS
+SELECT c.operation,
+	   c.provider,
+	   c.revoked_at IS NULL
+		 AND c.contract_version IS NOT DISTINCT FROM o.contract_version AS certified,
+	   c.evidence,
+	   c.certified_at,
+	   c.revoked_at,
+	   o.output_contract IS NOT NULL AS operation_has_contract,
+	   c.contract_version,
+	   c.contract_version IS DISTINCT FROM o.contract_version AS stale
+  FROM jobguard.certifications c
+  LEFT JOIN jobguard.operations o ON o.operation = c.operation;
+
+COMMENT ON VIEW jobguard.certification_overview IS 'which providers are certified for which operation, under which contract version (stale: the contract changed since), since when, with what evidence';
+
+/*
+ * Pausing a provider: no new start against it (claim passes over it,
+ * begin_attempt and redrive_attempt are JG010); its open attempts run on.
+ * The limits' cache (src/limits.c) holds the paused providers too, so the
+ * trigger that tells every backend of a change now watches paused as well.
+ */
+ALTER TABLE jobguard.provider_policy ADD COLUMN paused boolean NOT NULL DEFAULT false;
+
+COMMENT ON COLUMN jobguard.provider_policy.paused IS 'no new attempt starts against the provider while true (set_provider_policy(..., paused => ...))';
+
+DROP TRIGGER provider_policy_changed ON jobguard.provider_policy;
+CREATE TRIGGER provider_policy_changed
+	AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF provider, max_in_flight, max_per_second, paused
+	ON jobguard.provider_policy
+	FOR EACH STATEMENT EXECUTE FUNCTION jobguard.table_changed();
+
+CREATE OR REPLACE VIEW jobguard.provider_policies AS
+SELECT p.provider, p.dedupes_for, p.max_in_flight, p.max_per_second, p.updated_at,
+	   p.paused
+  FROM jobguard.provider_policy p;
+
+COMMENT ON VIEW jobguard.provider_policies IS 'the policy of each provider that has one: dedupes_for, max_in_flight, max_per_second, paused';
+
+/*
+ * set_provider_policy gains paused.  The 1.2 signature goes (an overload
+ * beside it would make every 1.2 call ambiguous); a 1.2 call means what it
+ * meant, and keeps the provider's pause as it is.
+ */
+DROP FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric);
+
+CREATE FUNCTION jobguard.set_provider_policy(provider text, dedupes_for interval DEFAULT NULL,
+											 max_in_flight integer DEFAULT NULL,
+											 max_per_second numeric DEFAULT NULL,
+											 paused boolean DEFAULT NULL)
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobguard_set_provider_policy';
+
+COMMENT ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric, boolean) IS 'set what a provider promises (dedupes_for), its limits (max_in_flight, max_per_second) and whether it is paused; operators only';
+
+REVOKE ALL ON FUNCTION jobguard.set_provider_policy(text, interval, integer, numeric, boolean) FROM PUBLIC;
+
+/*
+ * Failover routes: the ordered fallbacks of an operation.  A job's route
+ * is its own provider, then these in order (one equal to its own provider
+ * skipped); claim() chooses the provider of the job's next attempt from
+ * the job's attempts (doc/reference.md, "Failover routes").  No foreign
+ * key to jobguard.operations: a route may be set before its operation is
+ * defined, as a certification may.
+ */
+CREATE TABLE jobguard.failover (
+	operation		text PRIMARY KEY,
+	providers		text[] NOT NULL,
+	after_failures	integer NOT NULL DEFAULT 1 CHECK (after_failures >= 1),
+	updated_at		timestamptz NOT NULL DEFAULT pg_catalog.now(),
+	CONSTRAINT failover_operation_length CHECK (pg_catalog.char_length(operation) BETWEEN 1 AND 63),
+	CONSTRAINT failover_providers_given CHECK (pg_catalog.cardinality(providers) >= 1)
+);
+
+COMMENT ON TABLE jobguard.failover IS 'per operation: the fallbacks a job moves to, in order, after after_failures failed or cancelled attempts against a provider';
+
+SELECT pg_catalog.pg_extension_config_dump('jobguard.failover', '');
+
+CREATE VIEW jobguard.failover_routes AS
+SELECT f.operation, f.providers, f.after_failures
+  FROM jobguard.failover f;
+
+COMMENT ON VIEW jobguard.failover_routes IS 'the failover route of each operation that has one: its fallbacks in order, and after how many failures against a provider a job moves on';
+
+/*
+ * set_failover: set or replace an operation's route; NULL or '{}' removes
+ * it.  Operators only (42501); a bad argument is 22004 or 22023 and
+ * writes nothing.
+ */
+CREATE FUNCTION jobguard.set_failover(operation text, providers text[], after_failures integer DEFAULT 1)
+RETURNS void
+LANGUAGE C VOLATILE
+AS 'MODULE_PATHNAME', 'jobguard_set_failover';
+
+COMMENT ON FUNCTION jobguard.set_failover(text, text[], integer) IS 'set the ordered fallbacks of an operation, and after how many failures against a provider a job moves on (NULL or ''{}'' removes the route); operators only';
+
+REVOKE ALL ON FUNCTION jobguard.set_failover(text, text[], integer) FROM PUBLIC;
+
+/*
+ * claim takes providers (serve only the attempts whose chosen provider is
+ * one of them; NULL: any) and returns failover (the attempt is not against
+ * the job's own provider).  The library builds its rows for the declared
+ * result, so a 1.2 database's claim keeps working until it is updated.
+ */
+DROP FUNCTION jobguard.claim(text, text[], interval, integer, text, interval);
+
+CREATE FUNCTION jobguard.claim(worker text,
+							   operations text[] DEFAULT NULL,
+							   timeout interval DEFAULT '30 seconds',
+							   max_jobs integer DEFAULT 1,
+							   provider text DEFAULT NULL,
+							   wait interval DEFAULT '0',
+							   providers text[] DEFAULT NULL)
+RETURNS TABLE (attempt_id bigint, job_id bigint, attempt_no integer, operation text,
+			   provider text, params jsonb, deadline timestamptz,
+			   provider_key text, redrive boolean, failover boolean)
+AS 'MODULE_PATHNAME', 'jobguard_claim'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+COMMENT ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval, text[]) IS 'begin an attempt on each of up to max_jobs runnable jobs (redrives of stalled attempts first, then oldest first) against the provider each job''s failover route chooses, and return them with their provider keys';
+
+REVOKE ALL ON FUNCTION jobguard.claim(text, text[], interval, integer, text, interval, text[]) FROM PUBLIC;
+
+/*
+ * job_overview shows next_provider: the provider of the job's next attempt
+ * as claim() chooses it (the route rule; src/store_sql.c holds the same
+ * rule for claim), NULL when the job is not pending.  A scalar subquery,
+ * so that a reader of other columns never computes it.
+ */
+CREATE OR REPLACE VIEW jobguard.job_overview WITH (security_barrier) AS
+SELECT j.id AS job_id,
+	   j.owner_id,
+	   j.idempotency_key,
+	   j.operation,
+	   j.provider,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN j.params END AS params,
+	   j.max_attempts,
+	   CASE
+		   WHEN j.completed_by IS NOT NULL THEN 'succeeded'
+		   WHEN j.cancelled_at IS NOT NULL THEN 'cancelled'
+		   WHEN last.state = 'unknown' THEN 'unknown'
+		   WHEN last.state = 'started' THEN 'running'
+		   WHEN j.max_attempts IS NOT NULL
+				AND COALESCE(last.tries, 0) >= j.max_attempts THEN 'failed'
+		   ELSE 'pending'
+	   END AS state,
+	   j.version,
+	   COALESCE(last.attempt_no, 0) AS attempts,
+	   j.completed_by,
+	   CASE WHEN jobguard.payloads_visible(j.scope) THEN j.result END AS result,
+	   j.created_at,
+	   j.completed_at,
+	   j.cancelled_at,
+	   j.scope,
+	   j.previous_job_id,
+	   j.replaced_at,
+	   CASE
+		   WHEN j.completed_by IS NOT NULL OR j.cancelled_at IS NOT NULL
+				OR last.state IN ('unknown', 'started')
+				OR (j.max_attempts IS NOT NULL AND COALESCE(last.tries, 0) >= j.max_attempts)
+			   THEN NULL
+		   ELSE (
+			   -- the route: the own provider (n = 0), then the usable fallbacks;
+			   -- the first with fewer than after_failures failed or cancelled
+			   -- attempts of the job (a redriven one not counted), else the last
+			   SELECT rp.provider
+				 FROM (SELECT j.provider::text AS provider, 0::bigint AS n
+					   UNION ALL
+					   SELECT u.provider, u.n
+						 FROM jobguard.failover r,
+							  unnest(r.providers) WITH ORDINALITY AS u(provider, n)
+						WHERE r.operation = j.operation
+						  AND u.provider <> j.provider
+						  AND EXISTS (SELECT 1 FROM jobguard.certifications c
+									   WHERE c.operation = j.operation
+										 AND c.provider = u.provider
+										 AND c.revoked_at IS NULL
+										 AND c.contract_version IS NOT DISTINCT FROM
+											 (SELECT o.contract_version FROM jobguard.operations o
+											   WHERE o.operation = j.operation))
+						  AND NOT EXISTS (SELECT 1 FROM jobguard.provider_policy pp
+										   WHERE pp.provider = u.provider AND pp.paused)) rp
+				CROSS JOIN LATERAL (
+					   SELECT COALESCE((SELECT count(*) FROM jobguard.attempts f
+										 WHERE f.job_id = j.id
+										   AND f.provider = rp.provider
+										   AND f.state IN ('failed', 'cancelled')
+										   AND NOT EXISTS (
+											   SELECT 1 FROM jobguard.attempts nx
+												WHERE nx.job_id = f.job_id
+												  AND nx.attempt_no = f.attempt_no + 1
+												  AND COALESCE(nx.tries, nx.attempt_no)
+													  = COALESCE(f.tries, f.attempt_no)))
+									   < (SELECT r.after_failures FROM jobguard.failover r
+										   WHERE r.operation = j.operation), true) AS fresh) fr
+				ORDER BY fr.fresh DESC, CASE WHEN fr.fresh THEN rp.n ELSE -rp.n END
+				LIMIT 1)
+	   END AS next_provider
+  FROM jobguard.jobs j
+  LEFT JOIN LATERAL (
+	   SELECT a.attempt_no, COALESCE(a.tries, a.attempt_no) AS tries,
+			  jobguard.attempt_state(a.state, a.deadline) AS state
+		 FROM jobguard.attempts a
+		WHERE a.job_id = j.id
+		ORDER BY a.attempt_no DESC
+		LIMIT 1) last ON true
+ WHERE jobguard.scope_visible(j.scope);
+
+/*
+ * The grant functions name claim by signature: apply_grant and the 1.2
+ * trigger function are redefined from their own definitions with the 1.3
+ * signatures of claim and set_provider_policy in place of 1.2's (so their
+ * bodies stay written once, in the scripts that made them).
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	f regprocedure;
+	def text;
+	patched text;
+BEGIN
+	FOREACH f IN ARRAY ARRAY['jobguard.apply_grant(regrole, text, text, boolean, text)',
+							 'jobguard.grant_added_routines()']::regprocedure[]
+	LOOP
+		def := pg_catalog.pg_get_functiondef(f);
+		patched := pg_catalog.replace(pg_catalog.replace(def,
+			'jobguard.claim(text, text[], interval, integer, text, interval)',
+			'jobguard.claim(text, text[], interval, integer, text, interval, text[])'),
+			'jobguard.set_provider_policy(text, interval, integer, numeric)',
+			'jobguard.set_provider_policy(text, interval, integer, numeric, boolean)');
+		IF patched = def THEN
+			RAISE EXCEPTION 'jobguard update: no 1.2 signature in the body of %', f;
+		END IF;
+		EXECUTE patched;
+	END LOOP;
+END
+$$;
+
+/*
+ * grant_failover_routines: when a role becomes (or stays) a reader, a
+ * client or an operator, give it the failover routes to read; an operator
+ * also set_failover.
+ */
+CREATE FUNCTION jobguard.grant_failover_routines()
+RETURNS trigger
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+	EXECUTE format('GRANT SELECT ON jobguard.failover_routes TO %s', NEW.role);
+	IF NEW.kind = 'operator' THEN
+		EXECUTE format('GRANT EXECUTE ON FUNCTION jobguard.set_failover(text, text[], integer) TO %s',
+					   NEW.role);
+	END IF;
+	RETURN NULL;
+END
+$$;
+
+REVOKE ALL ON FUNCTION jobguard.grant_failover_routines() FROM PUBLIC;
+
+CREATE TRIGGER grants_failover_routines
+	AFTER INSERT OR UPDATE ON jobguard.grants
+	FOR EACH ROW EXECUTE FUNCTION jobguard.grant_failover_routines();
+
+/*
+ * The objects of this part got the default privileges in force for the
+ * updating role: take every such right back (with the WARNING of the
+ * earlier scripts), then give the roles granted before this update what
+ * the grant functions give new ones.
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	g record;
+	taken text[] := '{}';
+BEGIN
+	FOR g IN
+		SELECT p.oid::pg_catalog.regprocedure AS routine,
+			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END AS grantee
+		  FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(p.proacl) a
+		 WHERE p.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				   'jobguard.set_provider_policy(text, interval, integer, numeric, boolean)'::pg_catalog.regprocedure,
+				   'jobguard.set_failover(text, text[], integer)'::pg_catalog.regprocedure,
+				   'jobguard.claim(text, text[], interval, integer, text, interval, text[])'::pg_catalog.regprocedure,
+				   'jobguard.grant_failover_routines()'::pg_catalog.regprocedure])
+		   AND a.grantee OPERATOR(pg_catalog.<>) p.proowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON ROUTINE %s FROM %s', g.routine, g.grantee);
+		IF g.grantee <> 'PUBLIC' AND NOT g.grantee = ANY (taken) THEN
+			taken := taken || g.grantee;
+		END IF;
+	END LOOP;
+	FOR g IN
+		SELECT c.oid::pg_catalog.regclass AS rel,
+			   CASE WHEN a.grantee OPERATOR(pg_catalog.=) 0 THEN 'PUBLIC'
+					ELSE a.grantee::pg_catalog.regrole::pg_catalog.text END AS grantee
+		  FROM pg_catalog.pg_class c, pg_catalog.aclexplode(c.relacl) a
+		 WHERE c.oid OPERATOR(pg_catalog.=) ANY (ARRAY[
+				   'jobguard.failover'::pg_catalog.regclass,
+				   'jobguard.failover_routes'::pg_catalog.regclass])
+		   AND a.grantee OPERATOR(pg_catalog.<>) c.relowner
+	LOOP
+		EXECUTE pg_catalog.format('REVOKE ALL ON TABLE %s FROM %s', g.rel, g.grantee);
+		IF g.grantee <> 'PUBLIC' AND NOT g.grantee = ANY (taken) THEN
+			taken := taken || g.grantee;
+		END IF;
+	END LOOP;
+	-- said once: a fresh install's jobguard--1.0--1.1.sql has said it already
+	IF pg_catalog.cardinality(taken) > 0 AND NOT EXISTS (
+		SELECT 1 FROM pg_catalog.pg_class c
+		 WHERE c.oid OPERATOR(pg_catalog.=) 'jobguard.grants'::pg_catalog.regclass
+		   AND c.xmin OPERATOR(pg_catalog.=) pg_catalog.pg_current_xact_id()::pg_catalog.xid) THEN
+		RAISE WARNING 'jobguard revoked the rights that default privileges gave % on its objects',
+			pg_catalog.array_to_string(taken, ', ')
+			USING DETAIL = 'Only jobguard.grant_client(), grant_reader() and grant_operator() give rights on jobguard.';
+	END IF;
+	FOR g IN SELECT gr.role, gr.kind FROM jobguard.grants gr
+	LOOP
+		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.failover_routes TO %s', g.role);
+		IF g.kind OPERATOR(pg_catalog.=) ANY ('{client,operator}'::pg_catalog.text[]) THEN
+			-- claim was made again above, without the rights it had
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+									  ' jobguard.claim(text, text[], interval, integer, text, interval, text[]) TO %s',
+									  g.role);
+		END IF;
+		IF g.kind OPERATOR(pg_catalog.=) 'operator' THEN
+			EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION'
+									  ' jobguard.set_provider_policy(text, interval, integer, numeric, boolean),'
+									  ' jobguard.set_failover(text, text[], integer) TO %s',
+									  g.role);
+		END IF;
+	END LOOP;
+END
+$$;
+
+
 ---------------------------------------------------------------------------
 -- Part 2. What an operator did, and what is owed back
 ---------------------------------------------------------------------------

@@ -1,9 +1,12 @@
--- Updating in place, to the default version (1.2): a 1.0 database holding
+-- Updating in place, to the default version (1.3): a 1.0 database holding
 -- jobs in every state and 1.0 grants runs ALTER EXTENSION jobguard UPDATE.
 -- Afterwards every job is where it was (in the scope default), the grants
 -- are 1.1 grants, new ids are above every old one and never shared by a job
 -- and an attempt, and the extension describes exactly what a fresh install
--- describes.  A 1.1 database holding a job updates likewise.  (A fresh
+-- describes.  A 1.1 database holding a job updates likewise, and so does a
+-- 1.2 one with certifications, a policy and an operator (its
+-- certifications are marked with the contract version current at the
+-- update).  (A fresh
 -- install runs jobguard--1.0.sql and the update scripts in turn, so what
 -- this compares is the update path from each older version against the
 -- statements CREATE EXTENSION runs.)  The 1.0 database is kept, its tables
@@ -13,6 +16,7 @@ SET client_min_messages = warning;
 DROP DATABASE IF EXISTS regress_jg_update;
 DROP DATABASE IF EXISTS regress_jg_fresh;
 DROP DATABASE IF EXISTS regress_jg_from_1_1;
+DROP DATABASE IF EXISTS regress_jg_from_1_2;
 RESET client_min_messages;
 DO $$
 BEGIN
@@ -26,6 +30,7 @@ END $$;
 CREATE DATABASE regress_jg_update;
 CREATE DATABASE regress_jg_fresh;
 CREATE DATABASE regress_jg_from_1_1;
+CREATE DATABASE regress_jg_from_1_2;
 \c regress_jg_fresh
 CREATE EXTENSION jobguard;
 SELECT extversion FROM pg_extension WHERE extname = 'jobguard';
@@ -153,11 +158,11 @@ SELECT jobguard.cancel_attempt(:keyed_open, 'five');
 SELECT jobguard.begin_attempt(:keyed) AS keyed_next \gset
 SELECT jobguard.provider_key(:keyed_next) = jobguard.provider_key(:keyed_open) AS continues;
 -- the 1.1 client may call 1.2's functions (claim was made again) and read its views
-SELECT has_function_privilege('regress_upd_client', 'jobguard.claim(text, text[], interval, integer, text, interval)', 'EXECUTE') AS claim,
+SELECT has_function_privilege('regress_upd_client', 'jobguard.claim(text, text[], interval, integer, text, interval, text[])', 'EXECUTE') AS claim,
 	   has_function_privilege('regress_upd_client', 'jobguard.redrive_attempt(bigint)', 'EXECUTE') AS redrive,
 	   has_function_privilege('regress_upd_client', 'jobguard.claim_unknown(text, text[], integer, interval, interval)', 'EXECUTE') AS claim_unknown,
 	   has_function_privilege('regress_upd_client', 'jobguard.provider_key(bigint)', 'EXECUTE') AS provider_key,
-	   has_function_privilege('regress_upd_client', 'jobguard.set_provider_policy(text, interval, integer, numeric)', 'EXECUTE') AS set_policy,
+	   has_function_privilege('regress_upd_client', 'jobguard.set_provider_policy(text, interval, integer, numeric, boolean)', 'EXECUTE') AS set_policy,
 	   has_table_privilege('regress_upd_client', 'jobguard.blocked_jobs', 'SELECT') AS blocked_jobs,
 	   has_table_privilege('regress_upd_client', 'jobguard.provider_policies', 'SELECT') AS policies;
 SELECT count(*) AS violations FROM jobguard.check_invariants();
@@ -174,6 +179,60 @@ SELECT 'only when fresh', line FROM (
 	SELECT unnest(string_to_array(:'fresh_shape', E'\x1e')) AS line
 	EXCEPT SELECT line FROM pg_temp.extension_shape() AS line) f
 ORDER BY 1, 2;
+
+-- 1.2 to the default version: certifications earned before are taken as
+-- earned under the contract current at the update (one of an operation
+-- never defined under none); roles keep their rights and get 1.3's
+\c regress_jg_from_1_2
+CREATE EXTENSION jobguard VERSION '1.2';
+CREATE ROLE regress_upd_operator;
+SELECT jobguard.grant_client('regress_upd_client');
+SELECT jobguard.grant_operator('regress_upd_operator');
+SELECT jobguard.define_operation('charge', '{"type": "object"}');
+SELECT jobguard.certify_provider('charge', 'adyen', '{"suite": "green"}');
+SELECT jobguard.certify_provider('refund', 'adyen');
+SELECT jobguard.set_provider_policy('stripe', dedupes_for => '1 day');
+SET ROLE regress_upd_client;
+SELECT job_id AS job_1_2 FROM jobguard.submit('fay', 'before-update', 'charge', '{}', 'stripe') \gset
+SELECT jobguard.fail_attempt(jobguard.begin_attempt(:job_1_2), 'declined');
+RESET ROLE;
+ALTER EXTENSION jobguard UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'jobguard';
+SELECT c.operation, c.provider, c.certified, c.stale,
+	   c.contract_version IS NOT DISTINCT FROM o.contract_version AS current_version
+  FROM jobguard.certification_overview c
+  LEFT JOIN jobguard.operations o USING (operation) ORDER BY 1, 2;
+SELECT provider, dedupes_for, paused FROM jobguard.provider_policies;
+SELECT job_id = :job_1_2 AS same_job, state, next_provider FROM jobguard.job_overview;
+-- the operator sets a route and pauses; the client claims through it
+SET ROLE regress_upd_operator;
+SELECT jobguard.set_failover('charge', '{adyen}');
+SELECT jobguard.set_provider_policy('adyen', paused => true);
+SELECT jobguard.set_provider_policy('adyen', paused => false);
+RESET ROLE;
+SET ROLE regress_upd_client;
+SELECT operation, providers FROM jobguard.failover_routes;
+SELECT job_id = :job_1_2 AS same_job, provider, failover FROM jobguard.claim('w');
+RESET ROLE;
+SELECT has_function_privilege('regress_upd_client', 'jobguard.set_failover(text, text[], integer)', 'EXECUTE') AS client_routes,
+	   has_function_privilege('regress_upd_operator', 'jobguard.set_failover(text, text[], integer)', 'EXECUTE') AS operator_routes,
+	   has_table_privilege('regress_upd_reader', 'jobguard.failover_routes', 'SELECT') AS ungranted_reads;
+SELECT count(*) AS violations FROM jobguard.check_invariants();
+SELECT jobguard.revoke_client('regress_upd_client');
+SELECT jobguard.revoke_client('regress_upd_operator');
+\set ECHO none
+\i sql/include/extension_shape.sql
+\set ECHO all
+SELECT 'only after update' AS side, line FROM (
+	SELECT line FROM pg_temp.extension_shape() AS line
+	EXCEPT SELECT unnest(string_to_array(:'fresh_shape', E'\x1e'))) u
+UNION ALL
+SELECT 'only when fresh', line FROM (
+	SELECT unnest(string_to_array(:'fresh_shape', E'\x1e')) AS line
+	EXCEPT SELECT line FROM pg_temp.extension_shape() AS line) f
+ORDER BY 1, 2;
 \c :regress_db
 DROP DATABASE regress_jg_fresh;
 DROP DATABASE regress_jg_from_1_1;
+DROP DATABASE regress_jg_from_1_2;
+DROP ROLE regress_upd_operator;

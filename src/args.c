@@ -9,10 +9,12 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_type_d.h"
 #include "funcapi.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/acl.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/datetime.h"
 #include "utils/numeric.h"
@@ -120,6 +122,59 @@ require_payload_size(Datum value, const char *name)
 				 errhint("Keep large data elsewhere and pass a reference to it.")));
 }
 
+/*
+ * require_provider_list: check a text[] of provider names (claim's
+ * providers, set_failover's route): one-dimensional, 1 to
+ * MAX_PROVIDER_LIST names, each 1 to MAX_NAME_CHARS characters, none NULL
+ * (22004) and none twice (22023).  Returns how many it names.
+ */
+int
+require_provider_list(Datum list, const char *name)
+{
+	ArrayType  *array = DatumGetArrayTypeP(list);
+	Datum	   *elems;
+	bool	   *nulls;
+	int			n;
+
+	if (ARR_NDIM(array) > 1)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must be a one-dimensional array", name)));
+	n = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+	if (n >= 1 && n <= MAX_PROVIDER_LIST)
+		deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	if (n < 1 || n > MAX_PROVIDER_LIST)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" must name 1 to %d providers", name, MAX_PROVIDER_LIST),
+				 errdetail("It names %d.", n)));
+	for (int i = 0; i < n; i++)
+	{
+		char	   *provider;
+		int			chars;
+
+		if (nulls[i])
+			ereport(ERROR,
+					(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+					 errmsg("argument \"%s\" must not hold a null provider", name),
+					 errdetail("Element %d is null.", i + 1)));
+		provider = TextDatumGetCString(elems[i]);
+		chars = pg_mbstrlen(provider);
+		if (chars < 1 || chars > MAX_NAME_CHARS)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("each provider in argument \"%s\" must be 1 to %d characters long",
+							name, MAX_NAME_CHARS),
+					 errdetail("Element %d is %d characters long.", i + 1, chars)));
+		for (int k = 0; k < i; k++)
+			if (strcmp(provider, TextDatumGetCString(elems[k])) == 0)
+				ereport(ERROR,
+						(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+						 errmsg("argument \"%s\" names provider \"%s\" twice", name, provider),
+						 errdetail("Elements %d and %d are the same.", k + 1, i + 1)));
+	}
+	return n;
+}
 
 /*
  * result_tupdesc: the blessed row descriptor of a function returning a

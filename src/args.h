@@ -63,6 +63,10 @@ extern Datum jsonb_arg(FunctionCallInfo fcinfo, int argno, const char *name);
 extern int	max_payload_kb;
 extern void require_payload_size(Datum value, const char *name);
 
+/* The most providers one list names (claim's providers, a failover route). */
+#define MAX_PROVIDER_LIST 64
+extern int	require_provider_list(Datum list, const char *name);
+
 /*
  * The longest wait claim(wait =>) and await() take: 366 days (a day as 24
  * hours, a month as 30 days); longer is 22023.

@@ -79,7 +79,8 @@ looks_like_interval(const char *s)
  * refused_begin: why the gate refused a begin, as the caller-facing error,
  * in the order of doc/reference.md ("Attempts"): no job (JG008), closed
  * job (JG003), open attempt (JG002), attempts used up (JG005), fallback
- * not certified (JG004).  A worker retrying its own begin is not refused: its attempt id
+ * not certified, or certified under a contract since changed (JG004; a
+ * pause, JG010, is limits_admit_begun()'s).  A worker retrying its own begin is not refused: its attempt id
  * is returned.  Returns 0 when nothing refuses any more (the begin lost a
  * race that has since resolved): the caller tries again.
  */
@@ -100,6 +101,26 @@ refused_begin(int64 job_id, const char *scope, Oid userid, const char *provider,
 	require_attempts_left(&job, has_last ? &last : NULL);
 	if (provider != NULL && strcmp(provider, job.provider) != 0 &&
 		!store_provider_certified(job.operation, provider))
+	{
+		int64		certified_under;
+		int64		current;
+		bool		certified_null;
+		bool		current_null;
+
+		/* certified, but under a contract that has changed since (1.3) */
+		if (store_certification_versions(job.operation, provider,
+										 &certified_under, &certified_null,
+										 &current, &current_null))
+			ereport(ERROR,
+					(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
+					 errmsg("provider \"%s\" is not certified for operation \"%s\"",
+							provider, job.operation),
+					 errdetail("Its certification is stale: it was earned under %s, and the operation's contract is now %s.",
+							   certified_null ? "no contract" :
+							   psprintf("contract version " INT64_FORMAT, certified_under),
+							   current_null ? "gone" :
+							   psprintf("version " INT64_FORMAT, current)),
+					 errhint("Certify it again once it passes the operation's current contract (jobguard.certify_provider()).")));
 		ereport(ERROR,
 				(errcode(ERRCODE_JG_PROVIDER_NOT_CERTIFIED),
 				 errmsg("provider \"%s\" is not certified for operation \"%s\"",
@@ -110,6 +131,7 @@ refused_begin(int64 job_id, const char *scope, Oid userid, const char *provider,
 				 errhint("\"%s\" reads as a time span: the timeout is begin_attempt's third argument (timeout => '%s').",
 						 provider, provider) :
 				 errhint("Certify it with jobguard.certify_provider() once it passes the operation's contract tests.")));
+	}
 	return 0;
 }
 

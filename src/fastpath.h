@@ -121,6 +121,8 @@ typedef struct RowsCatalog
 	AttrNumber	attempt_att[ATT_COLUMN_COUNT];
 	AttrNumber	op_att[OP_COLUMN_COUNT];
 	AttrNumber	cert_att[CERT_COLUMN_COUNT];
+	AttrNumber	cert_version_att;	/* certifications.contract_version (1.3);
+									 * InvalidAttrNumber in a 1.2 database */
 	TableRules	job_rules;
 	TableRules	attempt_rules;
 } RowsCatalog;

@@ -4,7 +4,8 @@
  *	  The provider limits of jobguard.provider_policy, enforced for every
  *	  start of an attempt on either back end: max_in_flight (open attempts,
  *	  started or unknown, against the provider) and max_per_second (a token
- *	  bucket holding one second's worth, at least one token).
+ *	  bucket holding one second's worth, at least one token); and the
+ *	  pause of 1.3 (no start at all while a provider is paused).
  *
  * One rule, in one place: the starts against one provider with a limit
  * are decided one at a time, each under the provider's start lock (a
@@ -486,7 +487,7 @@ decide(const char *provider, const ProviderLimits *limits, int64 open, double *t
 /*
  * limits_admit_claim: whether claim may start an attempt against provider
  * now (inside the store connection, before the begin).  Never waits and
- * never errors: false when the provider is at a limit (counted as
+ * never errors: false when the provider is paused, or at a limit (counted as
  * throttled) or another start holds its start lock or its row.  When it
  * admits a provider with a limit, the start lock stays held: the caller
  * inserts the attempt, then calls limits_start_done().  freeing: open
@@ -503,6 +504,8 @@ limits_admit_claim(const char *provider, int freeing)
 	start_lock_held = false;
 	if (!any_limits() || (cached = cached_limits(provider)) == NULL)
 		return true;
+	if (cached->paused)
+		return false;			/* no new start while paused (1.3) */
 	if (!start_limits(provider, cached, true, &limits))
 		return false;			/* held by another start, or just removed */
 	if (!take_start_lock(provider, true))
@@ -519,7 +522,8 @@ limits_admit_claim(const char *provider, int freeing)
 
 /*
  * limits_admit_begun: begin_attempt has just inserted attempt_id (inside
- * the store connection); wait for its provider's start lock (and its row,
+ * the store connection); refuse the start with JG010 when its provider is
+ * paused; else wait for its provider's start lock (and its row,
  * with a rate), and refuse the start with JG010 beyond a limit (the error
  * undoes the insert).  DETAIL: the limit and the open count; for the rate,
  * a HINT of when to retry.
@@ -539,6 +543,14 @@ limits_admit_begun(int64 attempt_id)
 	provider = begun_attempt_provider(attempt_id);
 	if ((cached = cached_limits(provider)) == NULL)
 		return;
+	if (cached->paused)
+		ereport(ERROR,
+				(errcode(ERRCODE_JG_PROVIDER_BUSY),
+				 errmsg("provider \"%s\" is busy", provider),
+				 errdetail("Provider \"%s\" is paused: no new attempt starts against it, and its open attempts run on.",
+						   provider),
+				 errhint("jobguard.set_provider_policy('%s', paused => false) lifts the pause.",
+						 provider)));
 	if (!start_limits(provider, cached, false, &limits))
 		return;					/* removed meanwhile: no limit */
 	take_start_lock(provider, false);

@@ -34,13 +34,13 @@ PG_FUNCTION_INFO_V1(jobguard_provider_key);
 PG_FUNCTION_INFO_V1(jobguard_redrive_attempt);
 
 /*
- * require_operator: the rule of the operators' functions of 1.2: only the
+ * operators_only: the rule of the operators' functions of 1.2: only the
  * extension's owner (and the roles with its privileges), superusers and
  * the roles jobguard.grant_operator() made operators (and their members)
  * may call them; anyone else gets 42501.
  */
-static void
-require_operator(FunctionCallInfo fcinfo)
+void
+operators_only(FunctionCallInfo fcinfo)
 {
 	Oid			caller = GetUserId();
 
@@ -58,13 +58,15 @@ require_operator(FunctionCallInfo fcinfo)
 
 /*
  * jobguard.set_provider_policy(provider, dedupes_for, max_in_flight,
- *								max_per_second) -> void
+ *								max_per_second, paused) -> void
  *
  * Sets or replaces what an operator knows of a provider; NULL is "no such
  * promise / no limit", and a policy with all three NULL is no policy (its
- * row goes).  Each given value must be greater than zero (and a number),
- * dedupes_for at most 100 years, max_per_second 0.0001 to 1000000: 22023,
- * nothing written.
+ * row goes, unless the provider is paused).  paused (1.3; a 1.2 database
+ * declares four arguments): NULL keeps the pause as it is; given with the
+ * three values NULL, only the pause changes.  Each given value must be
+ * greater than zero (and a number), dedupes_for at most 100 years,
+ * max_per_second 0.0001 to 1000000: 22023, nothing written.
  */
 Datum
 jobguard_set_provider_policy(PG_FUNCTION_ARGS)
@@ -77,8 +79,10 @@ jobguard_set_provider_policy(PG_FUNCTION_ARGS)
 	Datum		dedupes_for = dedupes_null ? (Datum) 0 : PG_GETARG_DATUM(1);
 	Datum		max_in_flight = in_flight_null ? (Datum) 0 : PG_GETARG_DATUM(2);
 	Datum		max_per_second = per_second_null ? (Datum) 0 : PG_GETARG_DATUM(3);
+	bool		paused_null = PG_NARGS() < 5 || PG_ARGISNULL(4);
+	Datum		paused = paused_null ? (Datum) 0 : PG_GETARG_DATUM(4);
 
-	require_operator(fcinfo);
+	operators_only(fcinfo);
 	if (!dedupes_null)
 	{
 		Interval	zero_interval = {0};
@@ -115,7 +119,8 @@ jobguard_set_provider_policy(PG_FUNCTION_ARGS)
 	store_connect(&caller);
 	store_set_provider_policy(provider, dedupes_for, dedupes_null,
 							  max_in_flight, in_flight_null,
-							  max_per_second, per_second_null);
+							  max_per_second, per_second_null,
+							  paused, paused_null);
 	store_finish(&caller);
 	PG_RETURN_VOID();
 }

@@ -306,7 +306,33 @@ read_attempt(RowsCatalog *cat, TupleTableSlot *slot, AttemptRow *attempt)
 											 GetCurrentTransactionStartTimestamp());
 }
 
-/* is_certified: a live certification of provider for operation, in snap. */
+/*
+ * current_contract_version: the operation's contract_version in snap, 0
+ * when it has none (no version is 0: they come from a sequence from 1).
+ */
+static int64
+current_contract_version(RowsCatalog *cat, const char *operation, Snapshot snap)
+{
+	Relation	operations = table_open(cat->operations, AccessShareLock);
+	TupleTableSlot *slot = table_slot_create(operations, NULL);
+	Datum		key[1] = {CStringGetTextDatum(operation)};
+	RegProcedure procs[1] = {F_TEXTEQ};
+	int64		version = 0;
+	bool		isnull;
+
+	if (rows_fetch_by_key(operations, cat->operations_pkey, 1, key, procs,
+						  ForwardScanDirection, snap, slot))
+		version = rows_col_int64(slot, cat->op_att[OP_CONTRACT_VERSION], &isnull);
+	ExecDropSingleTupleTableSlot(slot);
+	table_close(operations, NoLock);
+	return version;
+}
+
+/*
+ * is_certified: a certification of provider for operation that counts, in
+ * snap, as CERT_LIVE_1_3 of store_sql.c says: not revoked, and (in a 1.3
+ * database) earned under the operation's current contract version.
+ */
 static bool
 is_certified(RowsCatalog *cat, const char *operation, const char *provider,
 			 Snapshot snap)
@@ -323,6 +349,13 @@ is_certified(RowsCatalog *cat, const char *operation, const char *provider,
 	{
 		(void) rows_col(slot, cat->cert_att[CERT_REVOKED_AT], &isnull);
 		certified = isnull;
+		if (certified && cat->cert_version_att != InvalidAttrNumber)
+		{
+			int64		earned_under = rows_col_int64(slot, cat->cert_version_att, &isnull);
+
+			certified = (isnull ? 0 : earned_under) ==
+				current_contract_version(cat, operation, snap);
+		}
 	}
 	ExecDropSingleTupleTableSlot(slot);
 	table_close(certs, NoLock);

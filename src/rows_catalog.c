@@ -444,6 +444,15 @@ build_catalog(RowsCatalog *cat)
 		problem = column_problem(certifications, certification_columns,
 								 CERT_COLUMN_COUNT, cat->cert_att, false);
 	if (problem == NULL)
+	{
+		/* 1.3's column, when the database has it: what a certification is earned under */
+		cat->cert_version_att = get_attnum(cat->certifications, "contract_version");
+		if (cat->cert_version_att != InvalidAttrNumber &&
+			getBaseType(TupleDescAttr(RelationGetDescr(certifications),
+									  cat->cert_version_att - 1)->atttypid) != INT8OID)
+			problem = "column \"contract_version\" of table jobguard.certifications has another type";
+	}
+	if (problem == NULL)
 		problem = foreign_code(jobs, cat);
 	if (problem == NULL)
 		problem = foreign_code(attempts, cat);

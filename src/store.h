@@ -66,8 +66,8 @@ extern bool store_retry_policy(int64 job_id, Interval *backoff, Interval *max, b
 extern void store_set_not_before(int64 job_id, const Interval *delay);
 extern int	store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 								   TimestampTz now, Datum provider, bool provider_null,
-								   int max_jobs, int64 from_id, TimestampTz from_time,
-								   Datum levels, Datum pass_over,
+								   Datum provider_list, int max_jobs, int64 from_id,
+								   TimestampTz from_time, Datum levels, Datum pass_over,
 								   int64 *ids, char **providers);
 extern int64 store_claim_floor(TimestampTz *time_floor, struct ClaimLevels *levels);
 extern void store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
@@ -93,7 +93,8 @@ extern void store_define_operation(Datum operation, Datum contract,
 								   Datum retry_backoff_max, bool retry_backoff_max_null);
 extern void store_set_provider_policy(Datum provider, Datum dedupes_for, bool dedupes_null,
 									  Datum max_in_flight, bool in_flight_null,
-									  Datum max_per_second, bool per_second_null);
+									  Datum max_per_second, bool per_second_null,
+									  Datum paused, bool paused_null);
 extern bool store_provider_key(int64 attempt_id, char **provider_key, char **scope);
 extern bool store_redrive_read(int64 attempt_id, const char *scope, bool skip_locked,
 							   RedriveRow *row);
@@ -104,8 +105,13 @@ extern void store_claim_unknown(const char *scope, Datum worker, Datum operation
 								Datum lease, ReturnSetInfo *rsinfo);
 extern bool store_blocked_counts(int64 *blocked, TimestampTz *oldest);
 extern int	store_redrive_candidates(const char *scope, Datum operations, bool operations_null,
-									 Datum provider, bool provider_null, int max_rows,
-									 int64 *attempt_ids);
+									 Datum provider, bool provider_null, Datum provider_list,
+									 int max_rows, int64 *attempt_ids);
+extern bool store_certification_versions(const char *operation, const char *provider,
+										 int64 *certified_under, bool *certified_null,
+										 int64 *current, bool *current_null);
+extern void store_set_failover(Datum operation, Datum providers, bool remove,
+							   int32 after_failures);
 extern void store_certify_provider(Datum operation, Datum provider,
 								   Datum evidence, bool evidence_null);
 extern bool store_revoke_provider(Datum operation, Datum provider);

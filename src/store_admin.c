@@ -19,6 +19,7 @@
 #include "utils/builtins.h"
 #include "utils/tuplestore.h"
 
+#include "schema_level.h"
 #include "scopes.h"
 #include "store.h"
 #include "metrics.h"
@@ -174,22 +175,66 @@ store_define_operation(Datum operation, Datum contract,
 }
 
 /*
- * store_set_provider_policy: set or replace a provider's policy; with no
- * value at all, remove it.
+ * store_set_provider_policy: set or replace a provider's policy.  paused
+ * NULL keeps the pause as it is; paused given with no value at all
+ * changes only the pause (the values stay).  A policy left with no value
+ * and not paused is removed.  In a 1.2 database (no pause) 1.2's rule:
+ * the values replaced, and with none the policy removed.
  */
 void
 store_set_provider_policy(Datum provider, Datum dedupes_for, bool dedupes_null,
 						  Datum max_in_flight, bool in_flight_null,
-						  Datum max_per_second, bool per_second_null)
+						  Datum max_per_second, bool per_second_null,
+						  Datum paused, bool paused_null)
 {
-	Datum		values[4] = {provider, dedupes_for, max_in_flight, max_per_second};
-	char		nulls[4] = {' ', dedupes_null ? 'n' : ' ', in_flight_null ? 'n' : ' ',
-	per_second_null ? 'n' : ' '};
+	bool		no_values = dedupes_null && in_flight_null && per_second_null;
+	Datum		values[6] = {provider, dedupes_for, max_in_flight, max_per_second, paused,
+	BoolGetDatum(no_values && !paused_null)};
+	char		nulls[6] = {' ', dedupes_null ? 'n' : ' ', in_flight_null ? 'n' : ' ',
+	per_second_null ? 'n' : ' ', paused_null ? 'n' : ' ', ' '};
 
-	if (dedupes_null && in_flight_null && per_second_null)
+	if (!schema_is_1_3() && no_values)
+	{
 		sql_run(STMT_DROP_PROVIDER_POLICY, values, NULL);
+		return;
+	}
+	sql_run(STMT_SET_PROVIDER_POLICY, values, nulls);
+	sql_run(STMT_DROP_PROVIDER_POLICY, values, NULL);
+}
+
+/*
+ * store_certification_versions: the contract version a provider's live
+ * (not revoked) certification for an operation was earned under, and the
+ * operation's current one (either NULL: none); false when there is no
+ * live certification.  Only asked to explain a refusal (JG004).
+ */
+bool
+store_certification_versions(const char *operation, const char *provider,
+							 int64 *certified_under, bool *certified_null,
+							 int64 *current, bool *current_null)
+{
+	Datum		values[2] = {CStringGetTextDatum(operation), CStringGetTextDatum(provider)};
+
+	if (!schema_is_1_3() || sql_run(STMT_CERTIFICATION_VERSIONS, values, NULL) == 0)
+		return false;
+	*certified_under = sql_column_int64(1, certified_null);
+	*current = sql_column_int64(2, current_null);
+	return true;
+}
+
+/*
+ * store_set_failover: set or replace an operation's failover route
+ * (providers, a text[]), or remove it.
+ */
+void
+store_set_failover(Datum operation, Datum providers, bool remove, int32 after_failures)
+{
+	Datum		values[3] = {operation, providers, Int32GetDatum(after_failures)};
+
+	if (remove)
+		sql_run(STMT_DROP_FAILOVER, values, NULL);
 	else
-		sql_run(STMT_SET_PROVIDER_POLICY, values, nulls);
+		sql_run(STMT_SET_FAILOVER, values, NULL);
 }
 
 /*

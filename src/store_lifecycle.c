@@ -524,19 +524,24 @@ store_set_not_before(int64 job_id, const Interval *delay)
  * locked by anyone else and those of the providers in pass_over (a text[],
  * 0: none) (see STMT_CLAIM_CANDIDATES); their ids go to ids[] and their
  * own providers to providers[] (in the caller's context), the count is
- * returned.  operations NULL: any operation; provider NULL: each job's own.
+ * returned.  operations NULL: any operation; provider NULL and provider_list
+ * 0: any provider.  providers[] gets the provider each job's next attempt
+ * runs against (its route's choice; in a 1.2 or 1.1 database the
+ * job's own, or the claim's provider where 1.2's rule lets it take the job).
  */
 int
 store_claim_candidates(const char *scope, Datum operations, bool operations_null,
 					   TimestampTz now, Datum provider, bool provider_null,
-					   int max_jobs, int64 from_id, TimestampTz from_time,
-					   Datum levels, Datum pass_over, int64 *ids, char **providers)
+					   Datum provider_list, int max_jobs, int64 from_id,
+					   TimestampTz from_time, Datum levels, Datum pass_over,
+					   int64 *ids, char **providers)
 {
-	Datum		values[9] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
+	Datum		values[10] = {(Datum) 0, operations, TimestampTzGetDatum(now), provider,
 		Int32GetDatum(max_jobs), Int64GetDatum(from_id), pass_over, TimestampTzGetDatum(from_time),
-	levels};
-	char		nulls[9] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' ',
-	pass_over == (Datum) 0 ? 'n' : ' ', ' ', levels == (Datum) 0 ? 'n' : ' '};
+	levels, provider_list};
+	char		nulls[10] = {' ', operations_null ? 'n' : ' ', ' ', provider_null ? 'n' : ' ', ' ', ' ',
+		pass_over == (Datum) 0 ? 'n' : ' ', ' ', levels == (Datum) 0 ? 'n' : ' ',
+	provider_list == (Datum) 0 ? 'n' : ' '};
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
@@ -598,7 +603,10 @@ store_claim_floor(TimestampTz *time_floor, ClaimLevels *levels)
  * and redrive.  A 1.1 database's claim() is declared with the first seven.
  */
 #define CLAIMED_COLUMNS_1_1 7
-#define CLAIMED_COLUMNS 9
+#define CLAIMED_COLUMNS_1_2 9
+#define CLAIMED_COLUMNS 10
+/* The column of CLAIMED_COLUMNS that says whether a row is a redrive. */
+#define CLAIMED_REDRIVE_COLUMN 8
 
 /* One row claim() returns, with the job it is for. */
 typedef struct ClaimedRow
@@ -622,8 +630,8 @@ claimed_row_order(const void *a, const void *b)
  * store_put_claimed: the rows claim() returns for the attempts begun
  * (ids, count of them; redrives[i]: whether ids[i] is a redrive), oldest
  * job first, into the materialized result.  The rows are built for the
- * function's declared result, its first 7 or all 9 columns (a 1.1
- * database declares 7).
+ * function's declared result, its first 7, its first 9 or all 10 columns
+ * (a 1.1 database declares 7, a 1.2 one 9: no failover column).
  */
 void
 store_put_claimed(const int64 *ids, const bool *redrives, int count, ReturnSetInfo *rsinfo)
@@ -632,7 +640,7 @@ store_put_claimed(const int64 *ids, const bool *redrives, int count, ReturnSetIn
 	int			natts = rsinfo->setDesc->natts;
 	int			n = 0;
 
-	if (natts != CLAIMED_COLUMNS_1_1 && natts != CLAIMED_COLUMNS)
+	if (natts != CLAIMED_COLUMNS_1_1 && natts != CLAIMED_COLUMNS_1_2 && natts != CLAIMED_COLUMNS)
 		elog(ERROR, "jobguard: claim() declared with %d columns", natts);
 	for (int i = 0; i < count; i++)
 	{
@@ -644,8 +652,8 @@ store_put_claimed(const int64 *ids, const bool *redrives, int count, ReturnSetIn
 		rows[n].job_id = sql_column_int64(2, &isnull);
 		heap_deform_tuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
 						  rows[n].values, rows[n].nulls);
-		rows[n].values[CLAIMED_COLUMNS - 1] = BoolGetDatum(redrives[i]);
-		rows[n].nulls[CLAIMED_COLUMNS - 1] = false;
+		rows[n].values[CLAIMED_REDRIVE_COLUMN] = BoolGetDatum(redrives[i]);
+		rows[n].nulls[CLAIMED_REDRIVE_COLUMN] = false;
 		n++;
 	}
 	qsort(rows, n, sizeof(ClaimedRow), claimed_row_order);
@@ -710,15 +718,18 @@ store_redrive_begin(int64 attempt_id, Datum worker, bool worker_null,
 /*
  * store_redrive_candidates: the attempts claim() may redrive (see
  * STMT_REDRIVE_CANDIDATES), their jobs locked; returns how many, at most
- * max_rows, into attempt_ids.
+ * max_rows, into attempt_ids.  provider_list: a text[] the attempts'
+ * providers must be in, 0: any.
  */
 int
 store_redrive_candidates(const char *scope, Datum operations, bool operations_null,
-						 Datum provider, bool provider_null, int max_rows,
-						 int64 *attempt_ids)
+						 Datum provider, bool provider_null, Datum provider_list,
+						 int max_rows, int64 *attempt_ids)
 {
-	Datum		values[4] = {(Datum) 0, operations, provider, Int32GetDatum(max_rows)};
-	char		nulls[4] = {' ', operations_null ? 'n' : ' ', provider_null ? 'n' : ' ', ' '};
+	Datum		values[5] = {(Datum) 0, operations, provider, Int32GetDatum(max_rows),
+	provider_list};
+	char		nulls[5] = {' ', operations_null ? 'n' : ' ', provider_null ? 'n' : ' ', ' ',
+	provider_list == (Datum) 0 ? 'n' : ' '};
 	uint64		n;
 
 	values[0] = scope_datum(scope, &nulls[0]);
@@ -813,8 +824,8 @@ store_retry_job(int64 job_id, int32 extra, Datum reason, bool reason_null, Datum
 }
 
 /*
- * store_limited_providers: the providers that have a limit and their
- * limits (tokens not read), in memory the caller's context owns (outlives
+ * store_limited_providers: the providers that have a limit or are paused,
+ * and their limits (tokens not read), in memory the caller's context owns (outlives
  * the store connection); *count of them.
  */
 char	  **
@@ -837,6 +848,8 @@ store_limited_providers(int *count, ProviderLimits **limits)
 		(*limits)[i].max_in_flight = isnull ? 0 : DatumGetInt32(d);
 		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 3, &isnull);
 		(*limits)[i].max_per_second = isnull ? 0 : DatumGetFloat8(d);
+		d = SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 4, &isnull);
+		(*limits)[i].paused = !isnull && DatumGetBool(d);
 	}
 	*count = (int) n;
 	return names;

@@ -203,6 +203,7 @@ typedef struct ProviderLimits
 	double		tokens;
 	TimestampTz tokens_at;
 	TimestampTz now;
+	bool		paused;			/* no new start against it (1.3) */
 } ProviderLimits;
 
 #endif							/* JOBGUARD_STORE_ROWS_H */

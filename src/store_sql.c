@@ -128,6 +128,70 @@ typedef struct StatementDef
 #define DURATION_SQL(col) \
 	"(CASE WHEN " col " IS NULL THEN NULL ELSE LEAST(" col ", " DURATION_MAX_SQL ") END)"
 
+/*
+ * A certification c that counts: in 1.2, one not revoked; in 1.3 also one
+ * earned under its operation's current contract_version (NULL on either
+ * side read as 0, which no version is: they come from a sequence starting
+ * at 1), so that a certification of an operation defined since, or
+ * defined again with another contract, is stale.  The statements that
+ * read certifications are written once with C and made in both forms
+ * (statements[] and statements_1_2[]).
+ */
+#define CERT_LIVE_1_2 "c.revoked_at IS NULL"
+#define CERT_LIVE_1_3 \
+	"c.revoked_at IS NULL" \
+	" AND COALESCE(c.contract_version, 0) OPERATOR(pg_catalog.=)" \
+	"  COALESCE((SELECT cv.contract_version FROM jobguard.operations cv" \
+	"   WHERE cv.operation OPERATOR(pg_catalog.=) c.operation), 0)"
+
+/*
+ * The provider a claim begins job j's next attempt against, given the
+ * job's failover route r (a LEFT JOIN of jobguard.failover; doc/reference.md,
+ * "Failover routes") and the claim's provider $4.  With a route: the
+ * first provider on it (the own provider, n = 0, then the usable
+ * fallbacks in order) against which fewer than r.after_failures of the
+ * job's attempts ended failed or cancelled, a redriven one not counted (the
+ * next attempt repeats its count of tries: the same request again); none:
+ * the last usable one.  A fallback is usable while certified under the
+ * current contract and not paused.  Without a route, 1.2's rule: the own
+ * provider, or the claim's provider $4 where it is certified and the
+ * job's latest attempt was cancelled or failed.  Only evaluated for a
+ * job the scan reaches, through the job's attempts by (job_id,
+ * attempt_no): jobguard.job_overview.next_provider is the same rule.
+ */
+#define ROUTE_PROVIDER_SQL \
+	"CASE WHEN r.operation IS NULL THEN" \
+	" CASE WHEN $4 IS NOT NULL AND $4 OPERATOR(pg_catalog.<>) j.provider" \
+	"   AND last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])" \
+	"   AND EXISTS (SELECT 1 FROM jobguard.certifications c" \
+	"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation" \
+	"    AND c.provider OPERATOR(pg_catalog.=) $4" \
+	"    AND " CERT_LIVE_1_3 ")" \
+	"  THEN $4 ELSE j.provider::pg_catalog.text END" \
+	" ELSE (SELECT rp.provider FROM (" \
+	"  SELECT j.provider::pg_catalog.text AS provider, 0::pg_catalog.int8 AS n" \
+	"  UNION ALL" \
+	"  SELECT u.provider, u.n FROM pg_catalog.unnest(r.providers) WITH ORDINALITY AS u(provider, n)" \
+	"   WHERE u.provider OPERATOR(pg_catalog.<>) j.provider" \
+	"   AND EXISTS (SELECT 1 FROM jobguard.certifications c" \
+	"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation" \
+	"    AND c.provider OPERATOR(pg_catalog.=) u.provider" \
+	"    AND " CERT_LIVE_1_3 ")" \
+	"   AND NOT EXISTS (SELECT 1 FROM jobguard.provider_policy pp" \
+	"    WHERE pp.provider OPERATOR(pg_catalog.=) u.provider AND pp.paused)) rp" \
+	"  CROSS JOIN LATERAL (SELECT (SELECT pg_catalog.count(*) FROM jobguard.attempts f" \
+	"    WHERE f.job_id OPERATOR(pg_catalog.=) j.id" \
+	"    AND f.provider OPERATOR(pg_catalog.=) rp.provider" \
+	"    AND f.state OPERATOR(pg_catalog.=) ANY ('{failed,cancelled}'::pg_catalog.text[])" \
+	"    AND NOT EXISTS (SELECT 1 FROM jobguard.attempts nx" \
+	"     WHERE nx.job_id OPERATOR(pg_catalog.=) f.job_id" \
+	"     AND nx.attempt_no OPERATOR(pg_catalog.=) (f.attempt_no OPERATOR(pg_catalog.+) 1)" \
+	"     AND COALESCE(nx.tries, nx.attempt_no) OPERATOR(pg_catalog.=) COALESCE(f.tries, f.attempt_no)))" \
+	"   OPERATOR(pg_catalog.<) r.after_failures AS fresh) fr" \
+	"  ORDER BY fr.fresh DESC," \
+	"   CASE WHEN fr.fresh THEN rp.n ELSE OPERATOR(pg_catalog.-) rp.n END" \
+	"  LIMIT 1) END"
+
 /* The columns every attempt query returns (ATTEMPT_ROW_COLUMNS, store_sql.h). */
 #define ATTEMPT_COLUMNS ATTEMPT_ROW_COLUMNS(ATTEMPT_ROW_SQL_, ", ")
 
@@ -384,6 +448,68 @@ StaticAssertDecl(SUBMIT_SCOPE == SUBMIT_COLUMN_COUNT - 1,
 		SPI_OK_SELECT, false \
 }
 
+/*
+ * Begin the job's next attempt in one statement, with the gate in its
+ * WHERE: the job is open, its latest attempt is not, attempts are left,
+ * and a provider other than the job's own ($2) is certified (C: what
+ * counts as a certification).  Two begins
+ * racing each other are decided by the partial unique index on open
+ * attempts: ON CONFLICT makes the second wait for the first, and do
+ * nothing if the first commits (as submit does with a key).  Only a job
+ * of scope $5 (NULL: any).  $6 is the claiming worker (NULL for an
+ * explicit begin); the timeout is kept for heartbeat().  No row back means refused; the caller then
+ * finds out why.
+ */
+#define BEGIN_ATTEMPT_DEF(C) { \
+		"begin attempt", \
+		"INSERT INTO jobguard.attempts AS a" \
+		" (job_id, attempt_no, provider, state, read_version, attempt_key," \
+		"  started_at, deadline, worker, timeout, provider_key, tries)" \
+		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1," \
+		"  COALESCE($2, j.provider), 'started', j.version, $3," \
+		"  COALESCE($7, pg_catalog.now())," \
+		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4," \
+		/* the provider key: the latest same-provider attempt's, unless it failed */ \
+		"  COALESCE((SELECT CASE WHEN p.state OPERATOR(pg_catalog.=) 'failed' THEN NULL" \
+		"     ELSE p.provider_key END FROM jobguard.attempts p" \
+		"    WHERE p.job_id OPERATOR(pg_catalog.=) j.id" \
+		"    AND p.provider OPERATOR(pg_catalog.=) COALESCE($2, j.provider::pg_catalog.text)" \
+		"    ORDER BY p.attempt_no DESC LIMIT 1), $8)," \
+		"  COALESCE(last.tries, 0) OPERATOR(pg_catalog.+) 1" \
+		" FROM jobguard.jobs j" \
+		" LEFT JOIN LATERAL (" \
+		"  SELECT l.attempt_no, l.state, COALESCE(l.tries, l.attempt_no) AS tries" \
+		"   FROM jobguard.attempts l" \
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id" \
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true" \
+		" WHERE j.id OPERATOR(pg_catalog.=) $1" \
+		" AND ($5 IS NULL OR j.scope OPERATOR(pg_catalog.=) $5)" \
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL" \
+		" AND (last.state IS NULL" \
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))" \
+		" AND (j.max_attempts IS NULL" \
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)" \
+		" AND ($2 IS NULL OR $2 OPERATOR(pg_catalog.=) j.provider" \
+		"   OR EXISTS (SELECT 1 FROM jobguard.certifications c" \
+		"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation" \
+		"    AND c.provider OPERATOR(pg_catalog.=) $2" \
+		"    AND " C "))" \
+		" ON CONFLICT DO NOTHING" \
+		" RETURNING a.id", \
+		8, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID}, \
+		SPI_OK_INSERT_RETURNING, false \
+	}
+
+#define PROVIDER_CERTIFIED_DEF(C) { \
+		"provider certified", \
+		"SELECT 1 FROM jobguard.certifications c" \
+		" WHERE c.operation OPERATOR(pg_catalog.=) $1" \
+		" AND c.provider OPERATOR(pg_catalog.=) $2" \
+		" AND " C, \
+		2, {TEXTOID, TEXTOID}, \
+		SPI_OK_SELECT, false \
+	}
+
 static const StatementDef statements[STMT_COUNT] = {
 	/*
 	 * The unique constraint decides who creates the job: no look-up first.
@@ -447,65 +573,10 @@ static const StatementDef statements[STMT_COUNT] = {
 	},
 	/* The latest attempt: the only one that can be open. */
 	[STMT_LAST_ATTEMPT] = LAST_ATTEMPT_DEF(TRIES_1_2),
-	/*
-	 * Begin the job's next attempt in one statement, with the gate in its
-	 * WHERE: the job is open, its latest attempt is not, attempts are left,
-	 * and a provider other than the job's own ($2) is certified.  Two begins
-	 * racing each other are decided by the partial unique index on open
-	 * attempts: ON CONFLICT makes the second wait for the first, and do
-	 * nothing if the first commits (as submit does with a key).  Only a job
-	 * of scope $5 (NULL: any).  $6 is the claiming worker (NULL for an
-	 * explicit begin); the timeout is kept for heartbeat().  No row back means refused; the caller then
-	 * finds out why.
-	 */
-	[STMT_BEGIN_ATTEMPT] = {
-		"begin attempt",
-		"INSERT INTO jobguard.attempts AS a"
-		" (job_id, attempt_no, provider, state, read_version, attempt_key,"
-		"  started_at, deadline, worker, timeout, provider_key, tries)"
-		" SELECT j.id, COALESCE(last.attempt_no, 0) OPERATOR(pg_catalog.+) 1,"
-		"  COALESCE($2, j.provider), 'started', j.version, $3,"
-		"  COALESCE($7, pg_catalog.now()),"
-		"  COALESCE($7, pg_catalog.now()) OPERATOR(pg_catalog.+) $4, $6, $4,"
-		/* the provider key: the latest same-provider attempt's, unless it failed */
-		"  COALESCE((SELECT CASE WHEN p.state OPERATOR(pg_catalog.=) 'failed' THEN NULL"
-		"     ELSE p.provider_key END FROM jobguard.attempts p"
-		"    WHERE p.job_id OPERATOR(pg_catalog.=) j.id"
-		"    AND p.provider OPERATOR(pg_catalog.=) COALESCE($2, j.provider::pg_catalog.text)"
-		"    ORDER BY p.attempt_no DESC LIMIT 1), $8),"
-		"  COALESCE(last.tries, 0) OPERATOR(pg_catalog.+) 1"
-		" FROM jobguard.jobs j"
-		" LEFT JOIN LATERAL ("
-		"  SELECT l.attempt_no, l.state, COALESCE(l.tries, l.attempt_no) AS tries"
-		"   FROM jobguard.attempts l"
-		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
-		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
-		" WHERE j.id OPERATOR(pg_catalog.=) $1"
-		" AND ($5 IS NULL OR j.scope OPERATOR(pg_catalog.=) $5)"
-		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
-		" AND (last.state IS NULL"
-		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
-		" AND (j.max_attempts IS NULL"
-		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
-		" AND ($2 IS NULL OR $2 OPERATOR(pg_catalog.=) j.provider"
-		"   OR EXISTS (SELECT 1 FROM jobguard.certifications c"
-		"    WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
-		"    AND c.provider OPERATOR(pg_catalog.=) $2"
-		"    AND c.revoked_at IS NULL))"
-		" ON CONFLICT DO NOTHING"
-		" RETURNING a.id",
-		8, {INT8OID, TEXTOID, TEXTOID, INTERVALOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TEXTOID},
-		SPI_OK_INSERT_RETURNING, false
-	},
-	[STMT_PROVIDER_CERTIFIED] = {
-		"provider certified",
-		"SELECT 1 FROM jobguard.certifications c"
-		" WHERE c.operation OPERATOR(pg_catalog.=) $1"
-		" AND c.provider OPERATOR(pg_catalog.=) $2"
-		" AND c.revoked_at IS NULL",
-		2, {TEXTOID, TEXTOID},
-		SPI_OK_SELECT, false
-	},
+	/* Begin the job's next attempt (BEGIN_ATTEMPT_DEF). */
+	[STMT_BEGIN_ATTEMPT] = BEGIN_ATTEMPT_DEF(CERT_LIVE_1_3),
+	/* Whether provider $2 is certified for operation $1 (a certification that counts). */
+	[STMT_PROVIDER_CERTIFIED] = PROVIDER_CERTIFIED_DEF(CERT_LIVE_1_3),
 	/*
 	 * Lock one attempt: finishes, fails and cancels of it run one at a time.
 	 * Only an attempt of a job of scope $2 (NULL: any).  The job's scope is
@@ -680,10 +751,12 @@ static const StatementDef statements[STMT_COUNT] = {
 	 * already due is read), no open attempt, attempts
 	 * left, run time passed ($3), of scope $1 (NULL: any) and of an
 	 * operation in $2 (NULL: any), from id $6 on (the claim floor: no job
-	 * with a lower id is claimable; see claim_floor()).  A
-	 * provider $4 runs the jobs that are
-	 * its own, and — where it is certified for the operation — the jobs
-	 * whose latest attempt was cancelled or failed (a failover).  Then
+	 * with a lower id is claimable; see claim_floor()).  Each
+	 * comes with the provider its next attempt runs against
+	 * (ROUTE_PROVIDER_SQL: its failover route's choice); a provider $4,
+	 * or a list of them $10, takes only the jobs whose choice it is, and
+	 * the providers this claim found at a limit or paused ($7) are passed
+	 * over, never moved further along a route for that.  Then  Then
 	 * claim() begins each with the rules of begin_attempt, which check all
 	 * of this again under the partial unique index on open attempts.
 	 *
@@ -711,11 +784,16 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  SELECT k.priority FROM pg_catalog.unnest($9) AS k(priority) WHERE $9 IS NOT NULL"
 		"  UNION ALL SELECT l.priority FROM levels l WHERE $9 IS NULL) lv"
 		" CROSS JOIN LATERAL ("
-		"SELECT j.id, j.provider::pg_catalog.text AS provider FROM jobguard.jobs j"
+		"SELECT j.id, ch.provider FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state, " TRIES_1_2("l") " AS tries FROM jobguard.attempts l"
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
 		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		/* the job's route, by the primary key (a small table) */
+		" LEFT JOIN LATERAL (SELECT f.operation, f.providers, f.after_failures"
+		"  FROM jobguard.failover f WHERE f.operation OPERATOR(pg_catalog.=) j.operation) AS r ON true"
+		/* the provider its next attempt runs against */
+		" CROSS JOIN LATERAL (SELECT " ROUTE_PROVIDER_SQL " AS provider) AS ch"
 		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
 		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
 		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.<=) $3"
@@ -727,22 +805,19 @@ static const StatementDef statements[STMT_COUNT] = {
 		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
 		" AND (j.max_attempts IS NULL"
 		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
-		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4"
-		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])"
-		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c"
-		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
-		"     AND c.provider OPERATOR(pg_catalog.=) $4"
-		"     AND c.revoked_at IS NULL)))"
+		/* the claim's provider, or one of its providers ($10) */
+		" AND ($4 IS NULL OR ch.provider OPERATOR(pg_catalog.=) $4)"
+		" AND ($10 IS NULL OR ch.provider OPERATOR(pg_catalog.=) ANY ($10))"
 		/* the floor, as a filter: an index condition on id would plan jobs_claim_order */
 		" AND (j.id OPERATOR(pg_catalog.+) 0) OPERATOR(pg_catalog.>=) $6"
 		/* providers this claim found at a limit */
-		" AND ($7 IS NULL OR j.provider OPERATOR(pg_catalog.<>) ALL ($7))"
+		" AND ($7 IS NULL OR ch.provider OPERATOR(pg_catalog.<>) ALL ($7))"
 		" ORDER BY COALESCE(j.not_before, j.created_at), j.id"
 		" LIMIT $5"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED) c"
 		" LIMIT $5",
-		9, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
-		TIMESTAMPTZOID, INT2ARRAYOID},
+		10, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
+		TIMESTAMPTZOID, INT2ARRAYOID, TEXTARRAYOID},
 		SPI_OK_SELECT, false, false, true
 	},
 	/*
@@ -755,7 +830,8 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_CLAIMED] = {
 		"claimed",
 		"SELECT a.id, a.job_id, a.attempt_no, j.operation::pg_catalog.text,"
-		" a.provider::pg_catalog.text, j.params, a.deadline, a.provider_key"
+		" a.provider::pg_catalog.text, j.params, a.deadline, a.provider_key,"
+		" false, a.provider OPERATOR(pg_catalog.<>) j.provider"
 		" FROM jobguard.attempts a"
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1",
@@ -808,8 +884,20 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, true
 	},
 	/* Every definition takes a fresh version, so caches see the change. */
+	/*
+	 * 1.3: a definition whose contract is the one in force (equal as
+	 * jsonb) carries the certifications earned under it to its new version;
+	 * any other makes them stale.  "In force" as the statement's snapshot
+	 * saw it: a concurrent definition it waits for leaves the
+	 * certifications its own version gave (a certification whose version
+	 * moved on meanwhile is not carried: stale rather than trusted).
+	 */
 	[STMT_DEFINE_OPERATION] = {
 		"define operation",
+		"WITH old AS ("
+		" SELECT o.contract_version, o.output_contract FROM jobguard.operations o"
+		"  WHERE o.operation OPERATOR(pg_catalog.=) $1),"
+		" def AS ("
 		"INSERT INTO jobguard.operations AS o"
 		" (operation, output_contract, contract_version, defined_at,"
 		"  retry_backoff, retry_backoff_max)"
@@ -820,18 +908,30 @@ static const StatementDef statements[STMT_COUNT] = {
 		"  contract_version = EXCLUDED.contract_version,"
 		"  defined_at = EXCLUDED.defined_at,"
 		"  retry_backoff = EXCLUDED.retry_backoff,"
-		"  retry_backoff_max = EXCLUDED.retry_backoff_max",
+		"  retry_backoff_max = EXCLUDED.retry_backoff_max"
+		" RETURNING o.contract_version),"
+		" carried AS ("
+		" UPDATE jobguard.certifications AS c SET contract_version = def.contract_version"
+		"  FROM def, old"
+		"  WHERE c.operation OPERATOR(pg_catalog.=) $1"
+		"  AND c.contract_version OPERATOR(pg_catalog.=) old.contract_version"
+		"  AND old.output_contract OPERATOR(pg_catalog.=) $2"
+		"  RETURNING 1)"
+		" SELECT (SELECT pg_catalog.count(*) FROM carried)",
 		4, {TEXTOID, JSONBOID, INTERVALOID, INTERVALOID},
-		SPI_OK_INSERT, false
+		SPI_OK_SELECT, false
 	},
 	[STMT_CERTIFY_PROVIDER] = {
 		"certify provider",
 		"INSERT INTO jobguard.certifications AS c"
-		" (operation, provider, evidence, certified_at, revoked_at)"
-		" VALUES ($1, $2, $3, pg_catalog.now(), NULL)"
+		" (operation, provider, evidence, certified_at, revoked_at, contract_version)"
+		" VALUES ($1, $2, $3, pg_catalog.now(), NULL,"
+		"  (SELECT o.contract_version FROM jobguard.operations o"
+		"   WHERE o.operation OPERATOR(pg_catalog.=) $1))"
 		" ON CONFLICT (operation, provider) DO UPDATE"
 		" SET evidence = EXCLUDED.evidence,"
-		"  certified_at = EXCLUDED.certified_at, revoked_at = NULL",
+		"  certified_at = EXCLUDED.certified_at, revoked_at = NULL,"
+		"  contract_version = EXCLUDED.contract_version",
 		3, {TEXTOID, TEXTOID, JSONBOID},
 		SPI_OK_INSERT, false
 	},
@@ -967,18 +1067,23 @@ static const StatementDef statements[STMT_COUNT] = {
 	[STMT_SET_PROVIDER_POLICY] = {
 		"set provider policy",
 		"INSERT INTO jobguard.provider_policy AS p"
-		" (provider, dedupes_for, max_in_flight, max_per_second)"
-		" VALUES ($1, $2, $3, $4)"
+		" (provider, dedupes_for, max_in_flight, max_per_second, paused)"
+		" VALUES ($1, $2, $3, $4, COALESCE($5, false))"
 		" ON CONFLICT (provider) DO UPDATE"
-		" SET dedupes_for = EXCLUDED.dedupes_for, max_in_flight = EXCLUDED.max_in_flight,"
-		"  max_per_second = EXCLUDED.max_per_second, updated_at = pg_catalog.now()",
-		4, {TEXTOID, INTERVALOID, INT4OID, NUMERICOID},
+		" SET dedupes_for = CASE WHEN $6 THEN p.dedupes_for ELSE EXCLUDED.dedupes_for END,"
+		"  max_in_flight = CASE WHEN $6 THEN p.max_in_flight ELSE EXCLUDED.max_in_flight END,"
+		"  max_per_second = CASE WHEN $6 THEN p.max_per_second ELSE EXCLUDED.max_per_second END,"
+		"  paused = COALESCE($5, p.paused), updated_at = pg_catalog.now()",
+		6, {TEXTOID, INTERVALOID, INT4OID, NUMERICOID, BOOLOID, BOOLOID},
 		SPI_OK_INSERT, false
 	},
+	/* 1.3: a policy that holds nothing any more (no value, not paused) goes. */
 	[STMT_DROP_PROVIDER_POLICY] = {
 		"drop provider policy",
 		"DELETE FROM jobguard.provider_policy p"
-		" WHERE p.provider OPERATOR(pg_catalog.=) $1",
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1"
+		" AND p.dedupes_for IS NULL AND p.max_in_flight IS NULL AND p.max_per_second IS NULL"
+		" AND NOT p.paused",
 		1, {TEXTOID},
 		SPI_OK_DELETE, false
 	},
@@ -1069,6 +1174,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
 		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
 		" AND ($3 IS NULL OR a.provider OPERATOR(pg_catalog.=) $3)"
+		" AND ($5 IS NULL OR a.provider OPERATOR(pg_catalog.=) ANY ($5))"
 		" AND p.dedupes_for IS NOT NULL"
 		" AND (COALESCE(a.unknown_since, a.deadline) OPERATOR(pg_catalog.+)"
 		"  " DURATION_SQL("COALESCE(a.timeout, a.deadline OPERATOR(pg_catalog.-) a.started_at)") ")"
@@ -1077,7 +1183,7 @@ static const StatementDef statements[STMT_COUNT] = {
 		" ORDER BY a.job_id"
 		" LIMIT $4"
 		" FOR NO KEY UPDATE OF j SKIP LOCKED",
-		4, {TEXTOID, TEXTARRAYOID, TEXTOID, INT4OID},
+		5, {TEXTOID, TEXTARRAYOID, TEXTOID, INT4OID, TEXTARRAYOID},
 		SPI_OK_SELECT, false
 	},
 	/*
@@ -1249,12 +1355,12 @@ static const StatementDef statements[STMT_COUNT] = {
 		4, {INT8OID, INT4OID, TEXTOID, TEXTOID},
 		SPI_OK_UPDATE, false
 	},
-	/* The providers that have a limit (limits.c caches them). */
+	/* The providers that have a limit or are paused (limits.c caches them). */
 	[STMT_LIMITED_PROVIDERS] = {
 		"limited providers",
-		"SELECT p.provider, p.max_in_flight, " PER_SECOND_SQL
+		"SELECT p.provider, p.max_in_flight, " PER_SECOND_SQL ", p.paused"
 		" FROM jobguard.provider_policy p"
-		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL",
+		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL OR p.paused",
 		0, {0},
 		SPI_OK_SELECT, false
 	},
@@ -1395,6 +1501,38 @@ static const StatementDef statements[STMT_COUNT] = {
 		0, {0},
 		SPI_OK_SELECT, false, false, true
 	},
+	/*
+	 * The contract version of provider $2's live certification for
+	 * operation $1, and the operation's current one (a refusal's DETAIL).
+	 */
+	[STMT_CERTIFICATION_VERSIONS] = {
+		"certification versions",
+		"SELECT c.contract_version, (SELECT o.contract_version FROM jobguard.operations o"
+		"  WHERE o.operation OPERATOR(pg_catalog.=) c.operation)"
+		" FROM jobguard.certifications c"
+		" WHERE c.operation OPERATOR(pg_catalog.=) $1"
+		" AND c.provider OPERATOR(pg_catalog.=) $2"
+		" AND c.revoked_at IS NULL",
+		2, {TEXTOID, TEXTOID},
+		SPI_OK_SELECT, false
+	},
+	/* Set or replace operation $1's failover route (set_failover). */
+	[STMT_SET_FAILOVER] = {
+		"set failover",
+		"INSERT INTO jobguard.failover AS f (operation, providers, after_failures)"
+		" VALUES ($1, $2, $3)"
+		" ON CONFLICT (operation) DO UPDATE"
+		" SET providers = EXCLUDED.providers, after_failures = EXCLUDED.after_failures,"
+		"  updated_at = pg_catalog.now()",
+		3, {TEXTOID, TEXTARRAYOID, INT4OID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_DROP_FAILOVER] = {
+		"drop failover",
+		"DELETE FROM jobguard.failover f WHERE f.operation OPERATOR(pg_catalog.=) $1",
+		1, {TEXTOID},
+		SPI_OK_DELETE, false
+	},
 };
 
 /*
@@ -1438,7 +1576,8 @@ static const StatementDef statements_1_1[STMT_COUNT] = {
 	[STMT_CLAIMED] = {
 		"claimed",
 		"SELECT a.id, a.job_id, a.attempt_no, j.operation::pg_catalog.text,"
-		" a.provider::pg_catalog.text, j.params, a.deadline, NULL::pg_catalog.text"
+		" a.provider::pg_catalog.text, j.params, a.deadline, NULL::pg_catalog.text,"
+		" false, a.provider OPERATOR(pg_catalog.<>) j.provider"
 		" FROM jobguard.attempts a"
 		" JOIN jobguard.jobs j ON j.id OPERATOR(pg_catalog.=) a.job_id"
 		" WHERE a.id OPERATOR(pg_catalog.=) $1",
@@ -1467,20 +1606,143 @@ static const StatementDef statements_1_1[STMT_COUNT] = {
 };
 
 /*
- * Plans prepared in this backend, kept for its lifetime: [0] of
- * statements[], [1] of statements_1_1[].
+ * The 1.2 forms of the statements that name a 1.3 column, run while the
+ * database still holds 1.2's objects (schema_is_1_3() false): each says
+ * and does exactly what it did in 1.2 (no routes, no contract version on
+ * certifications, no pause).  In a 1.1 database a statement with a 1.1
+ * form runs that one; the others run these.
  */
-static SPIPlanPtr prepared_plans[2][STMT_COUNT];
+static const StatementDef statements_1_2[STMT_COUNT] = {
+	[STMT_BEGIN_ATTEMPT] = BEGIN_ATTEMPT_DEF(CERT_LIVE_1_2),
+	[STMT_PROVIDER_CERTIFIED] = PROVIDER_CERTIFIED_DEF(CERT_LIVE_1_2),
+	/* 1.2's: no routes, certifications without a contract version */
+	[STMT_CLAIM_CANDIDATES] = {
+		"claim candidates",
+		/* the priorities present among the jobs not succeeded or cancelled */
+		"WITH RECURSIVE levels(priority) AS ("
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  ORDER BY p.priority LIMIT 1)"
+		" UNION ALL"
+		" SELECT (SELECT p.priority FROM jobguard.jobs p"
+		"  WHERE p.completed_by IS NULL AND p.cancelled_at IS NULL"
+		"  AND p.priority OPERATOR(pg_catalog.>) l.priority"
+		"  ORDER BY p.priority LIMIT 1)"
+		" FROM levels l WHERE l.priority IS NOT NULL)"
+		/* in each, the jobs already due, by run time then id */
+		" SELECT c.id, c.provider FROM ("
+		/* the priorities known to have claimable jobs ($9), else the walk */
+		"  SELECT k.priority FROM pg_catalog.unnest($9) AS k(priority) WHERE $9 IS NOT NULL"
+		"  UNION ALL SELECT l.priority FROM levels l WHERE $9 IS NULL) lv"
+		" CROSS JOIN LATERAL ("
+		"SELECT j.id, j.provider::pg_catalog.text AS provider FROM jobguard.jobs j"
+		" LEFT JOIN LATERAL ("
+		"  SELECT l.attempt_no, l.state, " TRIES_1_2("l") " AS tries FROM jobguard.attempts l"
+		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
+		"   ORDER BY l.attempt_no DESC LIMIT 1) AS last ON true"
+		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
+		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
+		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.<=) $3"
+		/* the time floor: no claimable job runs earlier */
+		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.>=) $8"
+		" AND ($1 IS NULL OR j.scope OPERATOR(pg_catalog.=) $1)"
+		" AND ($2 IS NULL OR j.operation OPERATOR(pg_catalog.=) ANY ($2))"
+		" AND (last.state IS NULL"
+		"   OR last.state OPERATOR(pg_catalog.<>) ALL ('{started,unknown}'::pg_catalog.text[]))"
+		" AND (j.max_attempts IS NULL"
+		"   OR COALESCE(last.tries, 0) OPERATOR(pg_catalog.<) j.max_attempts)"
+		" AND ($4 IS NULL OR j.provider OPERATOR(pg_catalog.=) $4"
+		"   OR (last.state OPERATOR(pg_catalog.=) ANY ('{cancelled,failed}'::pg_catalog.text[])"
+		"    AND EXISTS (SELECT 1 FROM jobguard.certifications c"
+		"     WHERE c.operation OPERATOR(pg_catalog.=) j.operation"
+		"     AND c.provider OPERATOR(pg_catalog.=) $4"
+		"     AND c.revoked_at IS NULL)))"
+		/* the floor, as a filter: an index condition on id would plan jobs_claim_order */
+		" AND (j.id OPERATOR(pg_catalog.+) 0) OPERATOR(pg_catalog.>=) $6"
+		/* providers this claim found at a limit */
+		" AND ($7 IS NULL OR j.provider OPERATOR(pg_catalog.<>) ALL ($7))"
+		" ORDER BY COALESCE(j.not_before, j.created_at), j.id"
+		" LIMIT $5"
+		" FOR NO KEY UPDATE OF j SKIP LOCKED) c"
+		" LIMIT $5",
+		9, {TEXTOID, TEXTARRAYOID, TIMESTAMPTZOID, TEXTOID, INT4OID, INT8OID, TEXTARRAYOID,
+		TIMESTAMPTZOID, INT2ARRAYOID},
+		SPI_OK_SELECT, false, false, true
+	},
+	[STMT_DEFINE_OPERATION] = {
+		"define operation",
+		"INSERT INTO jobguard.operations AS o"
+		" (operation, output_contract, contract_version, defined_at,"
+		"  retry_backoff, retry_backoff_max)"
+		" VALUES ($1, $2, pg_catalog.nextval('jobguard.contract_version_seq'),"
+		"  pg_catalog.now(), $3, $4)"
+		" ON CONFLICT (operation) DO UPDATE"
+		" SET output_contract = EXCLUDED.output_contract,"
+		"  contract_version = EXCLUDED.contract_version,"
+		"  defined_at = EXCLUDED.defined_at,"
+		"  retry_backoff = EXCLUDED.retry_backoff,"
+		"  retry_backoff_max = EXCLUDED.retry_backoff_max",
+		4, {TEXTOID, JSONBOID, INTERVALOID, INTERVALOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_CERTIFY_PROVIDER] = {
+		"certify provider",
+		"INSERT INTO jobguard.certifications AS c"
+		" (operation, provider, evidence, certified_at, revoked_at)"
+		" VALUES ($1, $2, $3, pg_catalog.now(), NULL)"
+		" ON CONFLICT (operation, provider) DO UPDATE"
+		" SET evidence = EXCLUDED.evidence,"
+		"  certified_at = EXCLUDED.certified_at, revoked_at = NULL",
+		3, {TEXTOID, TEXTOID, JSONBOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_SET_PROVIDER_POLICY] = {
+		"set provider policy",
+		"INSERT INTO jobguard.provider_policy AS p"
+		" (provider, dedupes_for, max_in_flight, max_per_second)"
+		" VALUES ($1, $2, $3, $4)"
+		" ON CONFLICT (provider) DO UPDATE"
+		" SET dedupes_for = EXCLUDED.dedupes_for, max_in_flight = EXCLUDED.max_in_flight,"
+		"  max_per_second = EXCLUDED.max_per_second, updated_at = pg_catalog.now()",
+		4, {TEXTOID, INTERVALOID, INT4OID, NUMERICOID},
+		SPI_OK_INSERT, false
+	},
+	[STMT_DROP_PROVIDER_POLICY] = {
+		"drop provider policy",
+		"DELETE FROM jobguard.provider_policy p"
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1"
+		" AND p.dedupes_for IS NULL AND p.max_in_flight IS NULL AND p.max_per_second IS NULL",
+		1, {TEXTOID},
+		SPI_OK_DELETE, false
+	},
+	[STMT_LIMITED_PROVIDERS] = {
+		"limited providers",
+		"SELECT p.provider, p.max_in_flight, " PER_SECOND_SQL ", false"
+		" FROM jobguard.provider_policy p"
+		" WHERE p.max_in_flight IS NOT NULL OR p.max_per_second IS NOT NULL",
+		0, {0},
+		SPI_OK_SELECT, false
+	},
+};
+
+/*
+ * Plans prepared in this backend, kept for its lifetime: [0] of
+ * statements[], [1] of statements_1_1[], [2] of statements_1_2[].
+ */
+static SPIPlanPtr prepared_plans[3][STMT_COUNT];
 
 /*
  * statement_level: which form of a statement this call runs: 1 (the 1.1
- * form) when it has one and the database is still on 1.1, else 0.
+ * form) when it has one and the database is still on 1.1, else 2 (the 1.2
+ * form) when it has one and the database is not yet on 1.3, else 0.
  */
 static int
 statement_level(StatementId id)
 {
 	if (statements_1_1[id].sql != NULL && !schema_is_1_2())
 		return 1;
+	if (statements_1_2[id].sql != NULL && !schema_is_1_3())
+		return 2;
 	return 0;
 }
 
@@ -1488,7 +1750,7 @@ statement_level(StatementId id)
 static const StatementDef *
 statement_def(StatementId id, int level)
 {
-	return level == 1 ? &statements_1_1[id] : &statements[id];
+	return level == 1 ? &statements_1_1[id] : level == 2 ? &statements_1_2[id] : &statements[id];
 }
 
 /*
@@ -1527,7 +1789,7 @@ prepared_plan(StatementId id, int level)
  * The generation (CachedPlanSource.generation) of the plan that
  * plan_for_index_lookups() made of each statement, 0 before it made one.
  */
-static int	planned_generation[2][STMT_COUNT];
+static int	planned_generation[3][STMT_COUNT];
 
 /*
  * plan_for_index_lookups: make sure the plan cache holds a plan of the

@@ -139,6 +139,7 @@ typedef struct ClaimRequest
 	int			max_jobs;
 	Datum		provider;
 	bool		provider_null;
+	Datum		providers;		/* text[] of providers to serve, 0: any (1.3) */
 	bool		waited;			/* it waited for work: attempts begin now, not
 								 * when the transaction did */
 } ClaimRequest;
@@ -163,19 +164,17 @@ known_levels(void)
 
 /*
  * claim_within_limits: whether the claim may start an attempt against the
- * provider the job would run on (the claim's provider, else the job's
- * own) within its limits (limits.c: never waits, never errors).  A
- * provider passed over goes to *at_limit (not searched again in this
- * claim); with the claim's own provider at a limit, every candidate is
- * passed over.
+ * provider the job's next attempt runs on (the candidates statement's
+ * choice: its route's, or the claim's provider) within its limits and
+ * pause (limits.c: never waits, never errors).  A provider passed over
+ * goes to *at_limit (not searched again in this claim: its jobs are passed
+ * over, never moved further along a route for it); with the claim's own
+ * provider at a limit, every candidate is passed over.
  */
 static bool
-claim_within_limits(const ClaimRequest *req, const char *job_provider,
+claim_within_limits(const ClaimRequest *req, const char *provider,
 					Datum *at_limit, int *n_at_limit)
 {
-	const char *provider = req->provider_null ? job_provider :
-		TextDatumGetCString(req->provider);
-
 	if (limits_admit_claim(provider, 0))
 		return true;
 	if (req->provider_null && *n_at_limit < req->max_jobs)
@@ -210,8 +209,8 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 	{
 		int			found = store_redrive_candidates(req->scope, req->operations,
 													 req->operations_null, req->provider,
-													 req->provider_null, req->max_jobs,
-													 candidates);
+													 req->provider_null, req->providers,
+													 req->max_jobs, candidates);
 
 		for (int i = 0; i < found && claimed < req->max_jobs; i++)
 		{
@@ -232,7 +231,7 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 		int			found = store_claim_candidates(req->scope, req->operations,
 												   req->operations_null,
 												   GetCurrentTimestamp(), req->provider,
-												   req->provider_null,
+												   req->provider_null, req->providers,
 												   req->max_jobs - claimed,
 												   claim_floor(), claim_time_floor(),
 												   known_levels(),
@@ -245,9 +244,10 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 
 		for (int i = 0; i < found; i++)
 		{
+			/* the attempt runs against the provider the statement chose */
 			BeginRequest begin = {
 				.job_id = candidates[i], .scope = req->scope,
-				.provider = req->provider, .provider_null = req->provider_null,
+				.provider = CStringGetTextDatum(providers[i]), .provider_null = false,
 				.timeout = req->timeout,
 				.attempt_key = (Datum) 0, .attempt_key_null = true,
 				.worker = req->worker, .worker_null = false,
@@ -282,12 +282,16 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 }
 
 /*
- * jobguard.claim(worker, operations, timeout, max_jobs, provider, wait)
+ * jobguard.claim(worker, operations, timeout, max_jobs, provider, wait,
+ *				  providers)
  *   -> TABLE (attempt_id, job_id, attempt_no, operation, provider, params,
- *			   deadline)
+ *			   deadline, provider_key, redrive, failover)
  *
  * Begins one attempt (recording the worker) on each of up to max_jobs
- * runnable jobs of the caller's scope, oldest first, and returns them.
+ * runnable jobs of the caller's scope, oldest first, against the provider
+ * each job's failover route chooses, and returns them.  provider (one) or
+ * providers (a list, 1.3) restricts the claim to the attempts against
+ * them; both at once are 22023.
  * With wait > 0 and nothing runnable, looks again until something is or
  * the wait is over; that needs a fresh snapshot per look, so it is
  * refused (0A000) under REPEATABLE READ and SERIALIZABLE.
@@ -324,6 +328,17 @@ jobguard_claim(PG_FUNCTION_ARGS)
 				 errmsg("argument \"max_jobs\" must be 1 to %d", MAX_CLAIM_JOBS),
 				 errdetail("It is %d.", req.max_jobs)));
 	req.provider = optional_text_arg(fcinfo, 4, "provider", MAX_NAME_CHARS, &req.provider_null);
+	/* providers: 1.3's seventh argument (a 1.2 database declares six) */
+	if (PG_NARGS() >= 7 && !PG_ARGISNULL(6))
+	{
+		req.providers = PG_GETARG_DATUM(6);
+		require_provider_list(req.providers, "providers");
+		if (!req.provider_null)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("arguments \"provider\" and \"providers\" cannot both be given"),
+					 errhint("Pass the one provider in providers, or use provider alone.")));
+	}
 	wait = DatumGetIntervalP(interval_arg(fcinfo, 5, "wait", true, "claim"));
 	if (interval_ms(wait) > 0 && IsolationUsesXactSnapshot())
 		ereport(ERROR,
