@@ -9,6 +9,8 @@ def charge(job: jobguard.Claimed) -> dict:
     """Ask the provider once, under the attempt's provider key (its idempotency key)."""
     if job.params.get("in_progress"):
         raise jobguard.InProgress("idempotency_key_in_use")    # the provider is still on it
+    if job.params.get("declined"):
+        raise jobguard.ProviderRefused("card declined")        # the provider said no
     return {"charge_id": f"ch_{job.job_id}", "key": job.provider_key}
 
 
@@ -19,10 +21,10 @@ with psycopg.connect(autocommit=True) as conn:   # PGHOST, PGDATABASE, ...
         for job in jobs:          # each handler runs once; nothing here runs it again
             try:
                 result = charge(job)
-            except jobguard.InProgress:
-                jobguard.mark_unknown(conn, job.attempt_id)     # unknown, never failed
-            except Exception as err:                            # the provider said no
+            except jobguard.ProviderRefused as err:             # the provider said no
                 jobguard.fail(conn, job.attempt_id, f"{type(err).__name__}: {err}")
+            except Exception:           # in progress, or no answer: it may have done the work
+                jobguard.mark_unknown(conn, job.attempt_id)     # unknown, never failed
             else:
                 ids.append(job.attempt_id)
                 results.append(result)

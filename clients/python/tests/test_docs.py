@@ -140,12 +140,12 @@ def test_readme_drain_loop_is_the_tested_file() -> None:
 @pytest.fixture
 def drain_database() -> Iterator[str]:
     """A database of its own (the loop drains every "charge" job there)."""
-    from conftest import DB, _admin
+    from conftest import DB, VERSION, _admin
     db = f"{DB}_drain"
     _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
     _admin(f"CREATE DATABASE {db}")
     with psycopg.connect(dbname=db, autocommit=True) as c:
-        c.execute("CREATE EXTENSION jobguard")
+        c.execute("CREATE EXTENSION jobguard" + (f" VERSION '{VERSION}'" if VERSION else ""))
         c.execute("""SELECT jobguard.define_operation('charge',
             '{"type": "object", "required": ["charge_id"]}')""")
     yield db
@@ -153,9 +153,10 @@ def drain_database() -> Iterator[str]:
 
 
 def test_drain_loop_drains_more_jobs_than_a_batch_once_each(drain_database: str) -> None:
-    """examples/drain.py drains 250 jobs (3 batches) and an in-progress one:
-    each of the 250 succeeded with one attempt and its provider key as the
-    result's key; the in-progress one is unknown, not failed."""
+    """examples/drain.py drains 250 jobs (3 batches), an in-progress one and
+    one the provider declines: each of the 250 succeeded with one attempt
+    and its provider key as the result's key; the in-progress one is
+    unknown, not failed; only the declined one failed."""
     database = drain_database
     with psycopg.connect(dbname=database, autocommit=True) as c:
         out = jobguard.submit_many(c, [jobguard.Request("shop", uuid.uuid4().hex, "charge",
@@ -164,10 +165,12 @@ def test_drain_loop_drains_more_jobs_than_a_batch_once_each(drain_database: str)
         jobs = [o.job_id for o in out if o.job_id is not None]
         busy = jobguard.submit(c, "shop", uuid.uuid4().hex, "charge", {"in_progress": True},
                                "main-psp").job_id
+        declined = jobguard.submit(c, "shop", uuid.uuid4().hex, "charge", {"declined": True},
+                                   "main-psp", max_attempts=1).job_id
         run = subprocess.run([sys.executable, str(DRAIN)], env=example_env(database),
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stderr
-        assert run.stdout.splitlines() == ["drained 251"], run.stdout
+        assert run.stdout.splitlines() == ["drained 252"], run.stdout
         rows = c.execute("""SELECT j.job_id, j.state, j.result, a.n, a.key
                               FROM jobguard.job_overview j,
                                    LATERAL (SELECT count(*) AS n,
@@ -180,3 +183,4 @@ def test_drain_loop_drains_more_jobs_than_a_batch_once_each(drain_database: str)
             assert (state, n) == ("succeeded", 1), job_id
             assert result == {"charge_id": f"ch_{job_id}", "key": key}
         assert [a["state"] for a in jobguard.attempts(c, busy)] == ["unknown"]
+        assert [a["state"] for a in jobguard.attempts(c, declined)] == ["failed"]
