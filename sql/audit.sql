@@ -3,7 +3,8 @@
 -- written in the caller's transaction; lost_results lists the results
 -- that lost the compare-and-swap, mark_refunded settles them.
 TRUNCATE jobguard.jobs, jobguard.attempts, jobguard.operations, jobguard.certifications,
-	jobguard.provider_policy, jobguard.policies, jobguard.operator_actions, jobguard.refunds
+	jobguard.provider_policy, jobguard.policies, jobguard.failover, jobguard.operator_actions,
+	jobguard.refunds
 	RESTART IDENTITY;
 -- error_of: SQLSTATE, message and DETAIL of a statement (callable by every role)
 CREATE FUNCTION public.jg_audit_error(stmt text) RETURNS text
@@ -73,6 +74,9 @@ SELECT jobguard.revoke_provider('charge', 'adyen');
 SELECT jobguard.set_key_policy('charge', retention => '30 days', identity => '{order}');
 SELECT jobguard.set_key_policy('charge');		-- removes it: a change, recorded too
 SELECT jobguard.set_provider_policy('stripe', dedupes_for => '1 day', max_in_flight => 10);
+SELECT jobguard.set_provider_policy('adyen', paused => true);
+SELECT jobguard.set_failover('charge', '{adyen,braintree}', after_failures => 2);
+SELECT jobguard.set_failover('charge', NULL);	-- removes the route: recorded too
 SELECT * FROM pg_temp.new_actions();
 SELECT pg_temp.mark() > 0 AS marked;
 
@@ -118,6 +122,7 @@ SELECT public.jg_audit_error('SELECT jobguard.cancel_job(999, ''nope'')') AS no_
 SELECT public.jg_audit_error(format('SELECT jobguard.retry_job(%s)', :j2)) AS not_failed;
 SELECT public.jg_audit_error('SELECT jobguard.set_provider_policy(''stripe'', max_in_flight => 0)') AS bad_limit;
 SELECT public.jg_audit_error('SELECT jobguard.define_operation(''charge'', ''{"type": 5}'')') AS bad_contract;
+SELECT public.jg_audit_error('SELECT jobguard.set_failover(''charge'', ''{adyen}'', after_failures => 0)') AS bad_route;
 SELECT public.jg_audit_error('SELECT jobguard.revoke_provider(''charge'', ''nobody'')') AS not_certified;
 SELECT public.jg_audit_error('SELECT jobguard.grant_client(NULL)') AS null_role;
 SELECT public.jg_audit_error('SELECT jobguard.revoke_client(NULL)') AS null_revoke;

@@ -55,6 +55,7 @@ extern Datum jobguard_set_provider_policy(PG_FUNCTION_ARGS);
 extern Datum jobguard_certify_provider(PG_FUNCTION_ARGS);
 extern Datum jobguard_revoke_provider(PG_FUNCTION_ARGS);
 extern Datum jobguard_define_operation(PG_FUNCTION_ARGS);
+extern Datum jobguard_set_failover(PG_FUNCTION_ARGS);
 
 PG_FUNCTION_INFO_V1(jobguard_audited_cancel_attempt);
 PG_FUNCTION_INFO_V1(jobguard_audited_cancel_job);
@@ -209,28 +210,6 @@ audit_record(FunctionCallInfo fcinfo, int target_arg, int reason_arg)
 }
 
 /*
- * unaudited_entry: the entry point named symbol in the library the called
- * function comes from (its probin), looked up by name.
- */
-static PGFunction
-unaudited_entry(FunctionCallInfo fcinfo, const char *symbol)
-{
-	HeapTuple	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
-	Datum		probin;
-	bool		isnull;
-	char	   *library;
-
-	if (!HeapTupleIsValid(proc))
-		elog(ERROR, "jobguard: cache lookup failed for function %u", fcinfo->flinfo->fn_oid);
-	probin = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_probin, &isnull);
-	if (isnull)
-		elog(ERROR, "jobguard: function %u names no library", fcinfo->flinfo->fn_oid);
-	library = TextDatumGetCString(probin);
-	ReleaseSysCache(proc);
-	return load_external_function(library, symbol, true, NULL);
-}
-
-/*
  * audited_call: call the unaudited entry point with the caller's fcinfo,
  * then record the call; returns what the entry point returned.
  */
@@ -308,18 +287,9 @@ jobguard_audited_define_operation(PG_FUNCTION_ARGS)
 	return audited_call(fcinfo, jobguard_define_operation, 0, AUDIT_NO_ARG);
 }
 
-/*
- * jobguard.set_failover(operation, providers, after_failures), recorded:
- * the operation.  Its entry point is looked up by name on the first call,
- * so that this file does not depend on the failover routes' file being
- * built in (a library without it never has this wrapper called).
- */
+/* jobguard.set_failover(operation, providers, after_failures): the operation. */
 Datum
 jobguard_audited_set_failover(PG_FUNCTION_ARGS)
 {
-	static PGFunction set_failover = NULL;
-
-	if (set_failover == NULL)
-		set_failover = unaudited_entry(fcinfo, "jobguard_set_failover");
-	return audited_call(fcinfo, set_failover, 0, AUDIT_NO_ARG);
+	return audited_call(fcinfo, jobguard_set_failover, 0, AUDIT_NO_ARG);
 }
