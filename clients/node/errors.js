@@ -115,6 +115,10 @@ const ResultMismatch = define('ResultMismatch', 'JG007', 'result_mismatch', { at
     ['attemptId', 'jobId'], {}],
   ['detail', "^The attempt .*? with its first result; a reported result cannot change\\.$",
     [], {}],
+  ['message', "^attempt (\\d+) of job (\\d+) was already marked refunded with another reference$",
+    ['attemptId', 'jobId'], {}],
+  ['detail', "^Its refund reference is \".*?\"; a refund's reference cannot change\\.$",
+    [], {}],
 ]);
 // JG008: no job with that id.
 const JobNotFound = define('JobNotFound', 'JG008', 'job_not_found', { jobId: 'job', attemptId: 'attempt' }, [

@@ -201,6 +201,10 @@ class ResultMismatch(JobguardError, code="JG007", name="RESULT_MISMATCH"):
          ('attempt_id', 'job_id'), {}),
         ('detail', '^The attempt .*? with its first result; a reported result cannot change\\.$',
          (), {}),
+        ('message', '^attempt (\\d+) of job (\\d+) was already marked refunded with another reference$',
+         ('attempt_id', 'job_id'), {}),
+        ('detail', '^Its refund reference is ".*?"; a refund\'s reference cannot change\\.$',
+         (), {}),
     ]
 
 
