@@ -25,7 +25,7 @@ OBJS        = src/jobguard.o src/args.o src/submit.o src/attempts.o src/finish.o
 DATA        = jobguard--1.0.sql jobguard--1.0--1.1.sql jobguard--1.1--1.2.sql jobguard--1.2--1.3.sql
 PGFILEDESC  = "jobguard - one job per user intent"
 
-JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy fast_path_rules worker derived_states finish_many key_index liveness flow parallel ranges audit failover
+JOBGUARD_REGRESS = submit attempts contracts security operations sharding fast_path scopes install update limits key_policy fast_path_rules worker derived_states finish_many key_index liveness flow parallel ranges ranges_sql audit failover
 REGRESS      = $(JOBGUARD_REGRESS)
 # what make test runs again on the database update leaves behind (updated from 1.0)
 REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
@@ -35,11 +35,11 @@ REGRESS_ON_UPDATED = $(filter-out install update,$(JOBGUARD_REGRESS))
 # security checks 1.2's dump filter of grants), those that make databases
 # of their own, and those of the fast path, which steps aside for 1.1's
 # tables (the SQL back end serves them, with 1.1's statements)
-REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many liveness flow parallel ranges fast_path fast_path_rules audit failover,$(JOBGUARD_REGRESS))
+REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many liveness flow parallel ranges ranges_sql fast_path fast_path_rules audit failover,$(JOBGUARD_REGRESS))
 # what make test runs on a database still on 1.2: all but the suites of
-# 1.3's own objects (audit, failover) and those that make databases of
-# their own
-REGRESS_ON_1_2 = $(filter-out install update audit failover,$(JOBGUARD_REGRESS))
+# 1.3's own objects (audit, failover; security lists 1.3's objects), and
+# those that make databases of their own
+REGRESS_ON_1_2 = $(filter-out install update security ranges_sql audit failover,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
 JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race redrive_race claim_unknown_race flow_in_flight_race flow_reschedule_race flow_retry_race failover_route_race failover_define_race failover_set_race refund_race

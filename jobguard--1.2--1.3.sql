@@ -15,12 +15,81 @@
  * and gives the clients and operators of the updated database what new
  * ones get.
  *
- * Two parts:
+ * Three parts:
+ *   0. Ranges of numbers: the checks 1.3's library makes at every call
+ *      (doc/reference.md, "Ranges of numbers"), in 1.2's SQL too.
  *   1. Failover routes, certification bound to the contract, pausing a
  *      provider.
  *   2. What an operator did (operator_actions), and what is owed back
  *      (lost_results, mark_refunded).
  */
+
+---------------------------------------------------------------------------
+-- Part 0. Ranges of numbers
+---------------------------------------------------------------------------
+
+/*
+ * set_key_policy's retention is at most 100 years, as every duration an
+ * operator sets (22023 at the call).  Redefined from its own definition,
+ * as 1.2 added require_administrator(): the two lines of the check are
+ * rewritten in place, so that the body stays written once and its line
+ * numbers stay those of 1.1.
+ */
+DO LANGUAGE plpgsql $$
+DECLARE
+	f pg_catalog.regprocedure := 'jobguard.set_key_policy(text, interval, text[], text)';
+	def text;
+	patched text;
+BEGIN
+	def := pg_catalog.pg_get_functiondef(f);
+	patched := pg_catalog.replace(pg_catalog.replace(def,
+		$q$IF retention <= '0'::interval THEN$q$,
+		$q$IF retention <= '0'::interval OR retention > '100 years'::interval THEN$q$),
+		$q$'argument "retention" must be greater than zero or null'$q$,
+		$q$'argument "retention" must be greater than zero and at most 100 years, or null'$q$);
+	IF patched OPERATOR(pg_catalog.=) def THEN
+		RAISE EXCEPTION 'jobguard update: no retention check in the body of %', f;
+	END IF;
+	EXECUTE patched;
+END
+$$;
+
+/*
+ * blocked_jobs reads a provider's dedupes_for as at most 100 years, as the
+ * library reads it: a longer one stored before 1.3 checked it at the call
+ * would otherwise make every read of the view 22008 (timestamp out of
+ * range), the sweeper's count included.
+ */
+CREATE OR REPLACE VIEW jobguard.blocked_jobs WITH (security_barrier) AS
+SELECT j.id AS job_id,
+	   j.scope,
+	   j.operation,
+	   a.provider,
+	   a.id AS attempt_id,
+	   a.provider_key,
+	   COALESCE(a.unknown_since, a.deadline) AS unknown_since,
+	   COALESCE(w.window_end > now(), false) AS redrivable,
+	   w.window_end AS redrivable_until
+  FROM jobguard.attempts a
+  -- from the open attempts to their jobs by the primary key (see 1.2's
+  -- definition of this view for why)
+  CROSS JOIN LATERAL (
+	   SELECT o.id, o.scope, o.operation, o.completed_by, o.cancelled_at
+		 FROM jobguard.jobs o
+		WHERE o.id = a.job_id
+	   OFFSET 0) j
+  LEFT JOIN jobguard.provider_policy p ON p.provider = a.provider
+  CROSS JOIN LATERAL (
+	   SELECT LEAST(p.dedupes_for, interval '100 years') AS dedupes_for) d
+  LEFT JOIN LATERAL (
+	   SELECT min(f.started_at) + d.dedupes_for
+			  - greatest(d.dedupes_for * 0.01::float8, interval '1 minute') AS window_end
+		 FROM jobguard.attempts f
+		WHERE f.job_id = a.job_id AND f.provider_key = a.provider_key) w ON true
+ WHERE a.state IN ('started', 'unknown')
+   AND jobguard.attempt_state(a.state, a.deadline) = 'unknown'
+   AND j.completed_by IS NULL AND j.cancelled_at IS NULL
+   AND jobguard.scope_visible(j.scope);
 
 ---------------------------------------------------------------------------
 -- Part 1. Failover routes, certification bound to the contract, pausing
