@@ -193,13 +193,13 @@ store_set_provider_policy(Datum provider, Datum dedupes_for, bool dedupes_null,
 	char		nulls[6] = {' ', dedupes_null ? 'n' : ' ', in_flight_null ? 'n' : ' ',
 	per_second_null ? 'n' : ' ', paused_null ? 'n' : ' ', ' '};
 
-	if (!schema_is_1_3() && no_values)
+	if (!schema_is_1_3())
+		sql_run(no_values ? STMT_DROP_PROVIDER_POLICY : STMT_SET_PROVIDER_POLICY, values, nulls);
+	else
 	{
+		sql_run(STMT_SET_PROVIDER_POLICY, values, nulls);
 		sql_run(STMT_DROP_PROVIDER_POLICY, values, NULL);
-		return;
 	}
-	sql_run(STMT_SET_PROVIDER_POLICY, values, nulls);
-	sql_run(STMT_DROP_PROVIDER_POLICY, values, NULL);
 }
 
 /*

@@ -1432,7 +1432,8 @@ static const StatementDef statements[STMT_COUNT] = {
 	 */
 	[STMT_CLAIM_CANDIDATES_1_1] = {
 		"claim candidates 1.1",
-		"SELECT j.id, j.provider::pg_catalog.text FROM jobguard.jobs j"
+		/* the claim's provider where given (it takes only jobs it may run) */
+		"SELECT j.id, COALESCE($4, j.provider::pg_catalog.text) FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state FROM jobguard.attempts l"
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
@@ -1635,7 +1636,8 @@ static const StatementDef statements_1_2[STMT_COUNT] = {
 		"  SELECT k.priority FROM pg_catalog.unnest($9) AS k(priority) WHERE $9 IS NOT NULL"
 		"  UNION ALL SELECT l.priority FROM levels l WHERE $9 IS NULL) lv"
 		" CROSS JOIN LATERAL ("
-		"SELECT j.id, j.provider::pg_catalog.text AS provider FROM jobguard.jobs j"
+		/* the claim's provider where given (it takes only jobs it may run) */
+		"SELECT j.id, COALESCE($4, j.provider::pg_catalog.text) AS provider FROM jobguard.jobs j"
 		" LEFT JOIN LATERAL ("
 		"  SELECT l.attempt_no, l.state, " TRIES_1_2("l") " AS tries FROM jobguard.attempts l"
 		"   WHERE l.job_id OPERATOR(pg_catalog.=) j.id"
@@ -1710,8 +1712,7 @@ static const StatementDef statements_1_2[STMT_COUNT] = {
 	[STMT_DROP_PROVIDER_POLICY] = {
 		"drop provider policy",
 		"DELETE FROM jobguard.provider_policy p"
-		" WHERE p.provider OPERATOR(pg_catalog.=) $1"
-		" AND p.dedupes_for IS NULL AND p.max_in_flight IS NULL AND p.max_per_second IS NULL",
+		" WHERE p.provider OPERATOR(pg_catalog.=) $1",
 		1, {TEXTOID},
 		SPI_OK_DELETE, false
 	},
