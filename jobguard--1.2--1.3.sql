@@ -484,7 +484,10 @@ CREATE TABLE jobguard.operator_actions (
 
 COMMENT ON TABLE jobguard.operator_actions IS 'one row per successful call of an operator or administrative function: when, who (role, acting_as), what (action, target, arguments) and why (reason)';
 
+-- what a console reads: the latest actions, and those on one job, attempt,
+-- provider, operation or role
 CREATE INDEX operator_actions_at ON jobguard.operator_actions (at);
+CREATE INDEX operator_actions_target ON jobguard.operator_actions (target, id);
 
 SELECT pg_catalog.pg_extension_config_dump('jobguard.operator_actions', '');
 SELECT pg_catalog.pg_extension_config_dump('jobguard.operator_actions_id_seq', '');

@@ -36,7 +36,9 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/hsearch.h"
 #include "utils/lsyscache.h"
+#include "utils/memutils.h"
 #include "utils/syscache.h"
 
 #include "audit.h"
@@ -116,6 +118,118 @@ call_reason(FunctionCallInfo fcinfo, int reason_arg)
 }
 
 /*
+ * What recording a call of one function needs, worked out on its first
+ * call in the backend and kept: its name, its arguments' types and names,
+ * and the INSERT prepared for them.  A function's OID keeps its signature
+ * and argument names (CREATE OR REPLACE cannot change them).
+ */
+typedef struct AuditedFunction
+{
+	Oid			fn;				/* hash key */
+	Datum		action;			/* its name, as text */
+	int			nargs;
+	Oid		   *types;			/* of the INSERT's parameters */
+	Datum	   *names;			/* of its arguments, as text */
+	SPIPlanPtr	plan;
+} AuditedFunction;
+
+static HTAB *audited_functions = NULL;
+
+/* The INSERT's parameters before the arguments' pairs. */
+#define FIXED_PARAMS 5
+
+/*
+ * audited_function: what recording a call of fn needs, from the cache or
+ * (the first time) the catalog, its INSERT prepared: $1 role, $2
+ * acting_as, $3 action, $4 target, $5 reason, then each argument as its
+ * name and its value, $6 and $7 the first.
+ */
+static AuditedFunction *
+audited_function(Oid fn, int nargs)
+{
+	AuditedFunction *f;
+	bool		found;
+	HeapTuple	proc;
+	Form_pg_proc form;
+	Datum		names_datum;
+	Datum		modes_datum;
+	bool		names_null;
+	bool		modes_null;
+	char	  **names = NULL;
+	int			nnames = 0;
+	StringInfoData sql;
+	MemoryContext old;
+	SPIPlanPtr	plan;
+
+	if (audited_functions == NULL)
+	{
+		HASHCTL		ctl = {0};
+
+		ctl.keysize = sizeof(Oid);
+		ctl.entrysize = sizeof(AuditedFunction);
+		audited_functions = hash_create("jobguard audited functions", 32, &ctl,
+										HASH_ELEM | HASH_BLOBS);
+	}
+	f = hash_search(audited_functions, &fn, HASH_FIND, NULL);
+	if (f != NULL && f->plan != NULL && f->nargs == nargs)
+		return f;
+	if (f != NULL && f->plan != NULL)
+		SPI_freeplan(f->plan);	/* called with another number of arguments */
+
+	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+	if (!HeapTupleIsValid(proc))
+		elog(ERROR, "jobguard: cache lookup failed for function %u", fn);
+	form = (Form_pg_proc) GETSTRUCT(proc);
+	if (nargs > form->pronargs)
+		elog(ERROR, "jobguard: function %u called with %d arguments, declared with %d",
+			 fn, nargs, form->pronargs);
+	names_datum = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_proargnames, &names_null);
+	modes_datum = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_proargmodes, &modes_null);
+
+	/* everything kept lives in TopMemoryContext; a failure leaves no entry */
+	f = hash_search(audited_functions, &fn, HASH_ENTER, &found);
+	f->plan = NULL;
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	if (!names_null)
+		nnames = get_func_input_arg_names(names_datum,
+										  modes_null ? PointerGetDatum(NULL) : modes_datum,
+										  &names);
+	f->nargs = nargs;
+	f->action = CStringGetTextDatum(NameStr(form->proname));
+	f->types = palloc(sizeof(Oid) * (FIXED_PARAMS + 2 * nargs));
+	f->names = palloc(sizeof(Datum) * (nargs + 1));
+	for (int i = 0; i < FIXED_PARAMS; i++)
+		f->types[i] = TEXTOID;
+	for (int i = 0; i < nargs; i++)
+	{
+		f->types[FIXED_PARAMS + 2 * i] = TEXTOID;
+		f->types[FIXED_PARAMS + 2 * i + 1] = form->proargtypes.values[i];
+		f->names[i] = CStringGetTextDatum(i < nnames && names[i][0] != '\0' ? names[i]
+										  : psprintf("$%d", i + 1));
+	}
+	MemoryContextSwitchTo(old);
+	ReleaseSysCache(proc);
+
+	initStringInfo(&sql);
+	appendStringInfoString(&sql,
+						   "INSERT INTO jobguard.operator_actions"
+						   " (role, acting_as, action, target, reason, arguments)"
+						   " VALUES ($1, $2, $3, $4, $5, pg_catalog.jsonb_build_object(");
+	for (int i = 0; i < nargs; i++)
+		appendStringInfo(&sql, "%s$%d, $%d", i > 0 ? ", " : "",
+						 FIXED_PARAMS + 2 * i + 1, FIXED_PARAMS + 2 * i + 2);
+	appendStringInfoString(&sql, "))");
+	plan = SPI_prepare(sql.data, FIXED_PARAMS + 2 * nargs, f->types);
+	if (plan == NULL)
+		elog(ERROR, "jobguard: preparing the record of function %u failed: %s",
+			 fn, SPI_result_code_string(SPI_result));
+	if (SPI_keepplan(plan) != 0)
+		elog(ERROR, "jobguard: keeping the record of function %u failed", fn);
+	f->plan = plan;
+	return f;
+}
+
+/*
  * audit_record: record the call fcinfo has just made successfully in
  * jobguard.operator_actions: the function's name as the action, argument
  * target_arg (AUDIT_NO_ARG: none) as the target, every argument by its
@@ -125,82 +239,42 @@ call_reason(FunctionCallInfo fcinfo, int reason_arg)
 void
 audit_record(FunctionCallInfo fcinfo, int target_arg, int reason_arg)
 {
-	Oid			fn = fcinfo->flinfo->fn_oid;
-	HeapTuple	proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
-	Form_pg_proc form;
-	Datum		names_datum;
-	Datum		modes_datum;
-	bool		names_null;
-	bool		modes_null;
-	char	  **names = NULL;
-	int			nnames = 0;
 	int			nargs = fcinfo->nargs;
-	int			nparams = 5 + 2 * nargs;
-	Oid		   *types = palloc(sizeof(Oid) * nparams);
+	int			nparams = FIXED_PARAMS + 2 * nargs;
 	Datum	   *values = palloc(sizeof(Datum) * nparams);
 	char	   *nulls = palloc(nparams + 1);
-	char	   *target;
-	char	   *reason;
-	StringInfoData sql;
+	Datum		role = CStringGetTextDatum(GetUserNameFromId(GetSessionUserId(), false));
+	Datum		acting_as = CStringGetTextDatum(GetUserNameFromId(GetUserId(), false));
+	char	   *reason = call_reason(fcinfo, reason_arg);
+	char	   *target = NULL;
+	AuditedFunction *f;
 	SavedIdentity saved;
 	int			rc;
-
-	if (!HeapTupleIsValid(proc))
-		elog(ERROR, "jobguard: cache lookup failed for function %u", fn);
-	form = (Form_pg_proc) GETSTRUCT(proc);
-	names_datum = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_proargnames, &names_null);
-	modes_datum = SysCacheGetAttr(PROCOID, proc, Anum_pg_proc_proargmodes, &modes_null);
-	if (!names_null)
-		nnames = get_func_input_arg_names(names_datum,
-										  modes_null ? PointerGetDatum(NULL) : modes_datum,
-										  &names);
-	if (nargs > form->pronargs)
-		elog(ERROR, "jobguard: function %u called with %d arguments, declared with %d",
-			 fn, nargs, form->pronargs);
-
-	memset(nulls, ' ', nparams);
-	nulls[nparams] = '\0';
-	/* $1 role, $2 acting_as, $3 action, $4 target, $5 reason */
-	types[0] = TEXTOID;
-	values[0] = CStringGetTextDatum(GetUserNameFromId(GetSessionUserId(), false));
-	types[1] = TEXTOID;
-	values[1] = CStringGetTextDatum(GetUserNameFromId(GetUserId(), false));
-	types[2] = TEXTOID;
-	values[2] = CStringGetTextDatum(NameStr(form->proname));
-	types[3] = TEXTOID;
-	target = target_arg == AUDIT_NO_ARG ? NULL
-		: arg_text(fcinfo, form->proargtypes.values[target_arg], target_arg);
-	values[3] = target ? CStringGetTextDatum(target) : (Datum) 0;
-	nulls[3] = target ? ' ' : 'n';
-	types[4] = TEXTOID;
-	reason = call_reason(fcinfo, reason_arg);
-	values[4] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
-	nulls[4] = reason ? ' ' : 'n';
-
-	initStringInfo(&sql);
-	appendStringInfoString(&sql,
-						   "INSERT INTO jobguard.operator_actions"
-						   " (role, acting_as, action, target, reason, arguments)"
-						   " VALUES ($1, $2, $3, $4, $5, pg_catalog.jsonb_build_object(");
-	for (int i = 0; i < nargs; i++)
-	{
-		int			k = 5 + 2 * i;	/* $(k+1) its name, $(k+2) its value */
-		const char *name = i < nnames && names[i][0] != '\0' ? names[i] : psprintf("$%d", i + 1);
-
-		types[k] = TEXTOID;
-		values[k] = CStringGetTextDatum(name);
-		types[k + 1] = form->proargtypes.values[i];
-		values[k + 1] = fcinfo->args[i].value;
-		nulls[k + 1] = fcinfo->args[i].isnull ? 'n' : ' ';
-		appendStringInfo(&sql, "%s$%d, $%d", i > 0 ? ", " : "", k + 1, k + 2);
-	}
-	appendStringInfoString(&sql, "))");
-	ReleaseSysCache(proc);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "jobguard: SPI_connect failed");
 	become_tables_owner(&saved);
-	rc = SPI_execute_with_args(sql.data, nparams, types, values, nulls, false, 0);
+	f = audited_function(fcinfo->flinfo->fn_oid, nargs);
+	if (target_arg != AUDIT_NO_ARG)
+		target = arg_text(fcinfo, f->types[FIXED_PARAMS + 2 * target_arg + 1], target_arg);
+
+	memset(nulls, ' ', nparams);
+	nulls[nparams] = '\0';
+	values[0] = role;
+	values[1] = acting_as;
+	values[2] = f->action;
+	values[3] = target ? CStringGetTextDatum(target) : (Datum) 0;
+	nulls[3] = target ? ' ' : 'n';
+	values[4] = reason ? CStringGetTextDatum(reason) : (Datum) 0;
+	nulls[4] = reason ? ' ' : 'n';
+	for (int i = 0; i < nargs; i++)
+	{
+		values[FIXED_PARAMS + 2 * i] = f->names[i];
+		values[FIXED_PARAMS + 2 * i + 1] = fcinfo->args[i].value;
+		nulls[FIXED_PARAMS + 2 * i + 1] = fcinfo->args[i].isnull ? 'n' : ' ';
+	}
+
+	rc = SPI_execute_plan(f->plan, values, nulls, false, 0);
 	if (rc != SPI_OK_INSERT)
 		elog(ERROR, "jobguard: recording an operator action failed: %s",
 			 SPI_result_code_string(rc));
