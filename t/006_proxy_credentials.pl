@@ -272,7 +272,7 @@ DROP USER MAPPING FOR PUBLIC SERVER jobguard_shards;
 ALTER EXTENSION jobguard_proxy UPDATE;
 });
 is($proxy->safe_psql('old_proxy', q{SELECT extversion FROM pg_extension WHERE extname = 'jobguard_proxy'}),
-	'1.2', 'then it updates to 1.2, through 1.1');
+	'1.3', 'then it updates to 1.3, through 1.1 and 1.2');
 my $functions = q{SELECT string_agg(p.oid::regprocedure || ' ' || md5(pg_get_functiondef(p.oid))
 	|| ' ' || coalesce(obj_description(p.oid, 'pg_proc'), '-') || ' ' || coalesce(p.proacl::text, '-'), E'\n' ORDER BY p.oid::regprocedure::text)
 	FROM pg_proc p WHERE p.pronamespace = 'jobguard'::regnamespace};

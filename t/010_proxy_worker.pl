@@ -4,8 +4,10 @@
 # jobs from a named shard, or from the shards in turn until max_jobs;
 # heartbeat and fail_attempt(retry_in) reach the attempt's shard;
 # define_operation sets the retry policy on every shard; finish_many (1.2)
-# sends each result to its attempt's shard.  Also: a 1.0 proxy
-# updates to 1.2.
+# sends each result to its attempt's shard; a failover route (1.3) set on
+# every shard moves a refused job to its certified fallback, claim's
+# providers and failover pass through, and a pause reaches every shard.
+# Also: a 1.0 proxy updates to 1.3.
 #
 # Needs the plproxy and jobguard_proxy extensions installed.
 use strict;
@@ -42,7 +44,7 @@ ALTER EXTENSION jobguard_proxy UPDATE;
 });
 is($proxy->safe_psql('updated',
 		q{SELECT extversion FROM pg_extension WHERE extname = 'jobguard_proxy'}),
-	'1.2', 'a 1.0 proxy updates to 1.2, through 1.1');
+	'1.3', 'a 1.0 proxy updates to 1.3, through 1.1 and 1.2');
 is($proxy->safe_psql('updated', q{
 	SELECT string_agg(p.oid::regprocedure::text, ' ' ORDER BY 1) FROM pg_proc p
 	 WHERE p.pronamespace = 'jobguard'::regnamespace
@@ -53,7 +55,7 @@ is($proxy->safe_psql('updated', q{
 	SELECT string_agg(p.oid::regprocedure::text, ' ' ORDER BY 1) FROM pg_proc p
 	 WHERE p.pronamespace = 'jobguard'::regnamespace
 	   AND p.proname IN ('claim', 'heartbeat', 'submit_many', 'fail_attempt', 'define_operation')}),
-	'the updated proxy has the functions of a fresh 1.1');
+	'the updated proxy has the functions of a fresh install');
 $proxy->safe_psql('postgres', "SELECT jobguard.configure_proxy($connstrs); CREATE USER MAPPING FOR CURRENT_USER SERVER jobguard_shards;");
 
 sub proxy { return $proxy->safe_psql('postgres', $_[0]); }
@@ -185,6 +187,44 @@ my $redriven = proxy("SELECT jobguard.redrive_attempt($first)");
 ok($redriven =~ /^\d+$/ && $redriven != $first, 'redrive_attempt through the proxy begins a new attempt');
 is(proxy("SELECT jobguard.provider_key($redriven)"), $claimed{$first}, 'the redrive sends the same provider key');
 like(proxy_error("SELECT jobguard.redrive_attempt($first)"), qr/JG006/, 'a second redrive of the same attempt is JG006');
+
+# ------------------------------------------------------------- failover (1.3)
+
+# a route on every shard; the fallback certified on every shard
+proxy(q{SELECT jobguard.certify_provider('pay', 'adyen')});
+proxy(q{SELECT jobguard.set_failover('pay', '{adyen}')});
+is(join(' ', map { $shards[$_]->safe_psql("shard$_",
+		q{SELECT operation || ':' || providers::text || ':' || after_failures FROM jobguard.failover_routes}) } 0 .. $n - 1),
+	'pay:{adyen}:1 pay:{adyen}:1', 'set_failover through the proxy: the route on every shard');
+proxy(qq{SELECT count(*) FROM jobguard.submit_many(ARRAY['$o0', '$o1'], ARRAY['f0', 'f1'],
+	ARRAY['pay', 'pay'], ARRAY['{}', '{}']::jsonb[], ARRAY['stripe', 'stripe'])});
+is(proxy(q{SELECT string_agg(provider || ':' || failover, ' ') FROM jobguard.claim('w9', operations => '{pay}', max_jobs => 2)}),
+	'stripe:false stripe:false', 'the first attempts run against the jobs\' own provider');
+for my $k (0 .. $n - 1)
+{
+	$shards[$k]->safe_psql("shard$k", q{SELECT jobguard.fail_attempt(attempt_id, 'card declined')
+		FROM jobguard.attempt_overview WHERE worker = 'w9' AND state = 'started'});
+}
+# an adyen worker through the proxy: each shard's route chooses adyen now
+my %routed = map { split /\|/ } split /\n/,
+	proxy(q{SELECT attempt_id || '|' || provider || ':' || failover FROM jobguard.claim('w10', operations => '{pay}', max_jobs => 2, providers => '{adyen}')});
+is(join(' ', sort values %routed), 'adyen:true adyen:true',
+	'claim(providers => ...) through the proxy: both jobs fail over to adyen, failover true');
+for my $id (sort keys %routed)
+{
+	isnt(proxy("SELECT jobguard.provider_key($id)"),
+		$shards[$id % $n]->safe_psql("shard" . ($id % $n), qq{SELECT provider_key FROM jobguard.attempts
+			WHERE job_id = (SELECT job_id FROM jobguard.attempts WHERE id = $id) AND provider = 'stripe'}),
+		"the fallback attempt $id has a key of its own");
+}
+like(proxy_error(q{SELECT * FROM jobguard.claim('w', provider => 'adyen', providers => '{adyen}')}), qr/22023/,
+	'provider and providers at once: 22023 from the shard');
+# a pause reaches every shard
+proxy(q{SELECT jobguard.set_provider_policy('adyen', paused => true)});
+is(join(' ', map { $shards[$_]->safe_psql("shard$_",
+		q{SELECT paused FROM jobguard.provider_policies WHERE provider = 'adyen'}) } 0 .. $n - 1),
+	't t', 'set_provider_policy(paused => true) through the proxy: paused on every shard');
+proxy(q{SELECT jobguard.set_provider_policy('adyen', paused => false)});
 
 $proxy->stop;
 $_->stop for @shards;
