@@ -98,3 +98,10 @@ bench:
 
 bench-growth:
 	@bench/run --growth
+
+# the operator's console (console/, doc/console.md) on JOBGUARD_CONSOLE_PORT
+# (default 8787) against the libpq environment; CONSOLE_ARGS=--allow-actions
+# for the actions, --base-path /PREFIX behind a reverse proxy
+.PHONY: console
+console:
+	@cd console && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && exec node server.js $(CONSOLE_ARGS)

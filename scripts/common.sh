@@ -27,12 +27,12 @@ as_root() {
 # t/020_pg_cron.pl.  python3-build and python3-venv build and install the
 # Python client's wheel (clients/python/package-check); pgbouncer runs the
 # pooler pass and sqlsmith the fuzz run (scripts/run-pooler-tests,
-# scripts/run-fuzz).
+# scripts/run-fuzz); chromium the console's browser test (console/run-tests).
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
 		"postgresql-$PG_MAJOR-plproxy" "postgresql-$PG_MAJOR-cron" libipc-run-perl python3-psycopg python3-pytest \
-		python3-build python3-venv pgbouncer sqlsmith \
+		python3-build python3-venv pgbouncer sqlsmith chromium \
 		pg-auto-failover-cli "postgresql-$PG_MAJOR-auto-failover" libdbd-pg-perl "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")

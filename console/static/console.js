@@ -60,7 +60,8 @@
       var end = rows[j].getAttribute('data-window-end');
       if (end && Date.parse(end) <= now) {
         var f = rows[j].querySelector('form[action$="/unknown/redrive"]');
-        if (f && !f.hasAttribute('data-ended')) {
+        var button = f && f.querySelector('button');
+        if (f && !f.hasAttribute('data-ended') && button && !button.disabled) {
           f.setAttribute('data-ended', '');
           var parts = f.querySelectorAll('input, button');
           for (var k = 0; k < parts.length; k++) parts[k].disabled = true;
