@@ -129,3 +129,31 @@ test('a Worker refuses handlers it cannot use', () => {
     assert.throws(() => new jg.Worker(handler, options), { message });
   }
 });
+
+test('1.3 route: a refused job moves to the certified fallback, run by that provider\'s handler with job.failover', async (t) => {
+  if (!takesProviders) { t.skip('the database is 1.2: no failover routes'); return; }
+  const { op, jobs } = await freshJobs({ 'psp-a': 3 });
+  await pool.query('SELECT jobguard.certify_provider($1, $2)', [op, 'psp-b']);
+  await pool.query('SELECT jobguard.set_failover($1, ARRAY[$2])', [op, 'psp-b']);
+  const ran = [];
+  const refuseA = async (job) => { ran.push([job.job_id, job.provider, job.failover]); throw new jg.ProviderRefused('psp-a said no', 0); };
+  const okB = async (job) => { ran.push([job.job_id, job.provider, job.failover]); return { via: 'psp-b' }; };
+  // a worker with psp-a's handler only: the refused jobs wait for psp-b
+  const onlyA = new jg.Worker({ handlers: { 'psp-a': refuseA } }, { connection: { database: DB },
+    operations: [op], waitSeconds: 0.3, logger: quiet() });
+  const s1 = await onlyA.run({ untilIdle: true, handleSignals: false });
+  assert.equal(s1.failed, 3);
+  assert.equal(s1.unhandled, 0);
+  const { rows: waiting } = await pool.query(`SELECT next_provider FROM jobguard.job_overview
+    WHERE operation = $1 AND state = 'pending'`, [op]);
+  assert.deepEqual(waiting.map((r) => r.next_provider), ['psp-b', 'psp-b', 'psp-b']);
+  // both handlers: psp-b's runs each job's second attempt, as a failover
+  const both = new jg.Worker({ handlers: { 'psp-a': refuseA, 'psp-b': okB } }, { connection: { database: DB },
+    operations: [op], waitSeconds: 0.3, logger: quiet() });
+  const s2 = await both.run({ untilIdle: true, handleSignals: false });
+  assert.equal(s2.won, 3);
+  const second = ran.slice(3);
+  assert.deepEqual(second.map(([, p, f]) => [p, f]), [['psp-b', true], ['psp-b', true], ['psp-b', true]]);
+  assert.deepEqual(new Set(second.map(([id]) => id)), new Set(jobs.keys()));
+  assert.deepEqual(ran.slice(0, 3).map(([, p, f]) => [p, f]), [['psp-a', false], ['psp-a', false], ['psp-a', false]]);
+});
