@@ -57,6 +57,7 @@ ADMIN_FUNCTIONS = {
     "define_operation", "certify_provider", "revoke_provider", "set_key_policy", "purge",
     "purge_batches", "stats_reset", "configure_shard", "set_provider_policy",
     "grant_flow_routines", "grant_added_routines",
+    "mark_refunded", "grant_audit_routines",
 }
 # functions whose effects (rights, deleted jobs, the shard) a superuser's
 # call keeps only inside a transaction rolled back: the run compares roles
@@ -64,6 +65,7 @@ ADMIN_FUNCTIONS = {
 ROLLBACK_ONLY = {
     "grant_client", "grant_reader", "grant_operator", "revoke_client", "apply_grant", "take_back",
     "grant_flow_routines", "grant_added_routines", "purge", "purge_batches", "configure_shard",
+    "grant_audit_routines",
 }
 PLANTED = "jobguard-fuzz: planted operator"
 CONTEXTS = ["autocommit", "read-only", "aborted", "savepoint", "cursor", "prepared", "parallel",
