@@ -229,6 +229,28 @@ SELECT jobguard.set_provider_policy('stripe', paused => false);
 SELECT pg_temp.take() AS claimed;
 SELECT jobguard.cancel_job(:j8, 'done here');
 
+-- a chosen fallback at its limit: the job is passed over, never moved on
+-- to braintree for that
+SELECT jobguard.certify_provider('charge', 'worldpay');
+SELECT jobguard.certify_provider('charge', 'braintree');
+SELECT jobguard.set_failover('charge', '{worldpay,braintree}');
+SELECT jobguard.set_provider_policy('worldpay', max_in_flight => 1);
+SELECT job_id AS busy FROM jobguard.submit('o', 'busy', 'charge', '{}', 'worldpay') \gset
+SELECT jobguard.begin_attempt(:busy) AS busy_attempt \gset
+SELECT job_id AS j12 FROM jobguard.submit('o', 'j12', 'charge', '{}', 'stripe') \gset
+SELECT pg_temp.take() AS claimed;
+SELECT jobguard.fail_attempt(pg_temp.last_attempt(:j12), 'declined');
+SELECT pg_temp.next(:j12) AS chosen;
+SELECT pg_temp.take() AS at_limit;
+SELECT pg_temp.next(:j12) AS still_chosen;
+-- the slot freed, it fails over to worldpay
+SELECT jobguard.finish_attempt(:busy_attempt, '{"id": "ch_1"}');
+SELECT pg_temp.take() AS claimed;
+SELECT jobguard.cancel_job(:j12, 'done here');
+SELECT jobguard.set_provider_policy('worldpay');
+SELECT jobguard.revoke_provider('charge', 'braintree');
+SELECT jobguard.set_failover('charge', '{adyen,braintree}');
+
 -- no route: 1.2's rule (a worker of a certified fallback takes a job
 -- whose latest attempt failed; a claim without a provider, the own one)
 SELECT jobguard.set_failover('charge', NULL);
