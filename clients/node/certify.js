@@ -52,12 +52,13 @@ class CertifyError extends Error {
 }
 
 // RECENT: the params and winning result of an operation's most recent
-// succeeded jobs; hidden: the caller may not read their payloads (params
+// succeeded jobs (a job succeeded when its result slot is taken:
+// completed_by); hidden: the caller may not read their payloads (params
 // is never NULL in a job, so NULL here is the view hiding it)
 const RECENT = `
   SELECT job_id::text, provider, params, result, params IS NULL AS hidden
     FROM jobguard.job_overview
-   WHERE operation = $1 AND state = 'succeeded'
+   WHERE operation = $1 AND completed_by IS NOT NULL
    ORDER BY completed_at DESC, job_id DESC
    LIMIT $2`;
 
