@@ -7,7 +7,7 @@
 //
 // 1. Seed jobs succeed on A; the certification runner (the command line,
 //    against the providers' test mode) certifies B (exit 0) and refuses C
-//    (exit 1, each failure printed).
+//    (exit 1, each failure printed), the Python client's runner too.
 // 2. 500 jobs targeting A are drained by 4 Workers (a handler per
 //    provider, C's too) and a Reconciler: every job succeeds exactly once
 //    (one effect per job at the providers, under its winning attempt's
@@ -15,7 +15,7 @@
 //    attempt, no unknown attempt fails over.
 // 3. Mid-run, jobs still coming: define_operation with a changed contract
 //    (B's certification is stale: no new attempt reaches B until the
-//    runner certifies it again), then set_provider_policy('B', paused =>
+//    Python client's runner certifies it again), then set_provider_policy('B', paused =>
 //    true) (none reaches B until it is unpaused).
 //
 // Prints pg_regress-style lines ("test failover e2e: ... ok") and the
@@ -34,6 +34,10 @@ const FEED_PER_SECOND = Number(process.env.FAILOVER_FEED_PER_SECOND || 50);
 const SEED = Number(process.env.FAILOVER_SEED || Date.now() % 100000);
 const BIN = path.join(__dirname, '..', '..', 'clients', 'node', 'bin', 'jobguard.js');
 const HANDLERS = path.join(__dirname, 'handlers.js');
+// the Python client's runner: Debian's python3 (with python3-psycopg)
+const PYTHON = process.env.FAILOVER_PYTHON || '/usr/bin/python3';
+const PYTHONPATH = [path.join(__dirname, '..', '..', 'clients', 'python', 'src'), process.env.PYTHONPATH]
+  .filter(Boolean).join(path.delimiter);
 const CONTRACT = { type: 'object', required: ['charge_id', 'amount'], additionalProperties: false,
   properties: { charge_id: { type: 'string' }, amount: { type: 'integer' } } };
 // the changed contract of the mid-run: a currency may come back too
@@ -70,12 +74,23 @@ async function waitFor(fn, ms) {
   return false;
 }
 
-// runner: the certification runner's command line for provider name;
-// resolves to { code, stdout, stderr }
+// runner: the Node certification runner's command line for provider
+// name; resolves to { code, stdout, stderr }
 function runner(name, extra = []) {
   return new Promise((resolve) => {
     execFile(process.execPath, [BIN, 'certify', '--operation', 'charge', '--provider', name,
       '--handler', `${HANDLERS}#certify${name}`, ...extra], { env: process.env },
+    (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stdout, stderr }));
+  });
+}
+
+// pyRunner: the Python client's runner (python3 -m jobguard certify, with
+// certify_handlers.py) for provider name; resolves as runner does
+function pyRunner(name, extra = []) {
+  return new Promise((resolve) => {
+    execFile(PYTHON, ['-m', 'jobguard', 'certify', '--operation', 'charge', '--provider', name,
+      '--handler', `certify_handlers:certify_${name.toLowerCase()}`, ...extra], { cwd: __dirname,
+      env: { ...process.env, PYTHONPATH: PYTHONPATH } },
     (err, stdout, stderr) => resolve({ code: err ? err.code : 0, stdout, stderr }));
   });
 }
@@ -155,6 +170,10 @@ async function main() {
   const certB = await runner('B', ['--sample', '30', '--compare', `${HANDLERS}#sameAmount`]);
   console.log(`  runner B: ${certB.stdout.trim()}`);
   check('the runner certifies B (exit 0)', certB.code === 0, certB.stderr.trim());
+  const pyC = await pyRunner('C', ['--sample', '30']);
+  const pyLines = pyC.stderr.split('\n').filter((l) => /^failed: job [0-9]+: \$/.test(l));
+  check('the Python runner refuses C too (exit 1, each failure printed)', pyC.code === 1 && pyLines.length === 30,
+    `exit ${pyC.code}, ${pyLines.length} failures printed: ${pyC.stderr.slice(0, 300)}`);
   const certC = await runner('C', ['--sample', '30']);
   process.stdout.write(certC.stderr.split('\n').filter(Boolean).slice(0, 4).map((l) => `  runner C: ${l}\n`).join(''));
   const cLines = certC.stderr.split('\n').filter((l) => /^failed: job [0-9]+: \$/.test(l));
@@ -166,7 +185,7 @@ async function main() {
     certs.length === 1 && certs[0].provider === 'B' && certs[0].certified
     && certs[0].evidence.inputs === 30 && certs[0].evidence.failed === 0 && certs[0].evidence.sample === 'recent',
     JSON.stringify(certs));
-  const refusedCertifications = certC.code === 1 ? 1 : 0;
+  const refusedCertifications = (certC.code === 1 ? 1 : 0) + (pyC.code === 1 ? 1 : 0);
 
   await pool.query(`SELECT jobguard.set_failover('charge', ARRAY['B', 'C'])`);
 
@@ -214,9 +233,15 @@ async function main() {
   check('no new attempt reaches B while its certification is stale',
     bStale === 0 && bStaleRequests === 0 && providers.A.counts.refused >= refusedBefore + 15,
     `${bStale} attempts, ${bStaleRequests} requests; A refused ${providers.A.counts.refused - refusedBefore} meanwhile`);
-  const recert = await runner('B', ['--sample', '30', '--compare', `${HANDLERS}#sameAmount`]);
-  console.log(`  runner B: ${recert.stdout.trim()}`);
-  check('the runner certifies B again under the new contract (exit 0)', recert.code === 0, recert.stderr.trim());
+  // this time the Python client's runner
+  const recert = await pyRunner('B', ['--sample', '30', '--compare', 'certify_handlers:same_amount']);
+  console.log(`  Python runner B: ${recert.stdout.trim()}`);
+  const { rows: [again] } = await pool.query(`SELECT certified, stale, evidence FROM jobguard.certification_overview
+    WHERE operation = 'charge' AND provider = 'B'`);
+  check('the Python runner certifies B again under the new contract (exit 0)', recert.code === 0
+    && again.certified && !again.stale && /^jobguard-python /.test(again.evidence.runner)
+    && again.evidence.contract_version > certs[0].evidence.contract_version,
+  `exit ${recert.code}: ${recert.stderr.trim()} ${JSON.stringify(again)}`);
   const recertAt = await barrier(pool);
   check('after the new certification, failovers to B resume',
     await waitFor(async () => (await attemptsAbove(pool, 'B', recertAt)) > 0, 20000));
