@@ -47,6 +47,7 @@ environment (\`PGHOST\`, \`PGPORT\`, \`PGDATABASE\`, ...). Its options
 | \`--page-size N\` | 50 | rows per page |
 | \`--session-idle-minutes N\` | 30 | idle sessions end |
 | \`--secure-cookies\` | off | mark the session cookie \`Secure\` (behind HTTPS) |
+| \`--scopes A,B\` | the person's own | the scopes \`/intent\` looks an owner's key up in when the URL names none |
 
 ## Who may do what in the console: the database decides
 
@@ -118,7 +119,7 @@ indexes — never a \`count(*)\` over the jobs.
 | page | what it shows | actions |
 |---|---|---|
 | \`/\` | the attention board: unknown attempts by provider and age with the next end of a redrive window, jobs blocked at the gate, lost results not refunded (counted up to 1,000), providers at \`max_in_flight\`, held by their rate or paused, failed jobs, stale certifications; each number links to its list | |
-| \`/intent?owner=…&key=…\` | finds the job of an owner's idempotency key in every scope the person reads (one index probe per scope; \`&scope=\` for one) and opens it | |
+| \`/intent?owner=…&key=…\` | finds the job of an owner's idempotency key in the scope given (\`&scope=\`), else in the \`--scopes\` the console was started with, else in the person's own scope — one probe of the key's unique index each (jobguard's views cannot list a database's scopes without reading every job) — and opens it | |
 | \`/jobs/<id>\` | the request, its state and next provider, params and the winning result, the attempt timeline (provider, provider key, worker, started, deadline, state, reason, each losing result with its refund status), replays (refused replays are not recorded per job: only \`submits.key_conflicts\` counts them), what operators did to it | cancel the job |
 | \`/unknown\` | unknown attempts of open jobs, sorted by the end of their redrive window, with a live countdown | redrive (enabled only inside the window; past it, or for a provider without \`dedupes_for\`, the button says why not), cancel the attempt |
 | \`/blocked\` | the jobs blocked at the gate: unknown and not redrivable | cancel the attempt |
@@ -152,7 +153,8 @@ the headers; the sub-path) and \`test/browser.test.js\` (Debian's
 and checked, \`axe-core\` finding no serious or critical violation, each
 action clicked and its effect checked in the database, a form on another
 site refused, the time zone choice remembered). The page timings at 5
-million jobs are in [benchmarks.md](benchmarks.md) (\`bench/console/run\`).
+million jobs are in [bench/results/console.md](../bench/results/console.md)
+(\`bench/console/run\`).
 `);
   fs.writeFileSync(DOC, parts.join(''));
 }

@@ -15,6 +15,7 @@ const DEFAULTS = {
   pageSize: 50,
   sessionIdleMinutes: 30,
   secureCookies: false,
+  scopes: [],
 };
 
 const USAGE = `usage: node server.js [options]
@@ -29,7 +30,9 @@ const USAGE = `usage: node server.js [options]
   --retry-cap N            the most failed jobs one retry may take (default 100)
   --page-size N            rows per page (default 50)
   --session-idle-minutes N sign a person out after N idle minutes (default 30)
-  --secure-cookies         mark the session cookie Secure (behind HTTPS)`;
+  --secure-cookies         mark the session cookie Secure (behind HTTPS)
+  --scopes A,B             the scopes /intent looks an owner's key up in when
+                           none is given (default: the person's own scope)`;
 
 // positive: a whole number of at least min, or an error naming the option.
 function positive(name, text, min = 1) {
@@ -69,6 +72,7 @@ function parse(argv, env) {
       case '--page-size': c.pageSize = positive(a, val()); break;
       case '--session-idle-minutes': c.sessionIdleMinutes = positive(a, val()); break;
       case '--secure-cookies': c.secureCookies = true; break;
+      case '--scopes': c.scopes = val().split(',').map((x) => x.trim()).filter(Boolean); break;
       case '--help': case '-h': c.help = true; break;
       default: throw new Error(`unknown option ${a}`);
     }

@@ -59,7 +59,10 @@ async function inTransaction(pool, config, fn) {
   let broken = false;
   try {
     await client.query('BEGIN');
-    await client.query("SELECT pg_catalog.set_config('statement_timeout', $1, true)", [`${config.statementTimeoutMs}ms`]);
+    // the timeout, and no JIT compilation (a page's short queries never
+    // gain from it, and a misestimated plan would pay it on every request)
+    await client.query("SELECT pg_catalog.set_config('statement_timeout', $1, true), pg_catalog.set_config('jit', 'off', true)",
+      [`${config.statementTimeoutMs}ms`]);
     const tx = {
       client,
       async query(text, values) {

@@ -186,7 +186,7 @@ test('blocked: the jobs at the gate, why each cannot be redriven', async () => {
 });
 
 test('one click: /intent finds the job; its timeline shows the winner and the lost result owed back', async () => {
-  await page.goto(`${rw.url}/intent?owner=erin&key=checkout-5`);
+  await page.goto(`${rw.url}/intent?owner=erin&key=checkout-5&scope=shop`);
   assert.equal(new URL(page.url()).pathname, `/jobs/${ids.lostJob}`);
   const attempts = await page.locator('#attempts').innerText();
   assert.match(attempts, /won/);

@@ -46,7 +46,7 @@ test.before(async () => {
   ({ admin: db, ids } = await freshDatabase(admin, 'console_http'));
   rw = await startConsole({ allowActions: true, pageSize: 2, refreshFloorSeconds: 5, statementTimeoutMs: 500 });
   ro = await startConsole({});
-  for (const role of ['olga', 'rita', 'cora', 'pete']) cookies[role] = await signIn(rw.url, role, PASSWORD);
+  for (const role of ['olga', 'rita', 'cora', 'pete', 'carl']) cookies[role] = await signIn(rw.url, role, PASSWORD);
   cookies.olgaRo = await signIn(ro.url, 'olga', PASSWORD);
 });
 
@@ -224,13 +224,23 @@ test('payloads: hidden from a reader without the right, shown with it', async ()
   assert.doesNotMatch(other.body, /erin|secret-card-token/);
 });
 
-test('one click by owner and key: the job, in every scope the person reads', async () => {
-  const r = await request('GET', `${rw.url}/intent?owner=erin&key=checkout-5`, { cookie: cookies.olga });
+test('one click by owner and key: the job of that scope, or of the person\'s own', async () => {
+  const r = await request('GET', `${rw.url}/intent?owner=erin&key=checkout-5&scope=shop`, { cookie: cookies.olga });
   assert.equal(r.status, 303);
   assert.equal(r.headers.location, `/jobs/${ids.lostJob}`);
-  const none = await request('GET', `${rw.url}/intent?owner=erin&key=checkout-5`, { cookie: cookies.cora });
+  const own = await request('GET', `${rw.url}/intent?owner=erin&key=checkout-5`, { cookie: cookies.carl });
+  assert.equal(own.headers.location, `/jobs/${ids.lostJob}`);
+  const none = await request('GET', `${rw.url}/intent?owner=erin&key=checkout-5&scope=shop`, { cookie: cookies.cora });
   assert.equal(none.status, 200);
-  assert.match(none.body, /No job of owner &quot;erin&quot; with key &quot;checkout-5&quot;/);
+  assert.match(none.body, /No job of owner &quot;erin&quot; with key &quot;checkout-5&quot; in scope shop\./);
+  const listed = await startConsole({ scopes: ['other', 'shop'] });
+  try {
+    const c = await signIn(listed.url, 'olga', PASSWORD);
+    const found = await request('GET', `${listed.url}/intent?owner=erin&key=checkout-5`, { cookie: c });
+    assert.equal(found.headers.location, `/jobs/${ids.lostJob}`);
+  } finally {
+    await listed.close();
+  }
 });
 
 test('headers: a strict Content-Security-Policy; no inline script on any page', async () => {

@@ -8,23 +8,16 @@
 const { html, time, json, table, link } = require('../html');
 const { panel, text, jobLink, actionForm } = require('./common');
 
-// scopesToSearch: the scopes an owner's key is looked for in: the one in
-// the URL, else every scope that holds a live job, found by skipping along
-// the key index (one index probe per scope, never a scan of the jobs).
+// scopesToSearch: the scopes an owner's key is looked for in, each by the
+// key's unique index: the one in the URL, else those the console was
+// started with (--scopes), else the person's own (jobguard.caller_scope()).
+// The scopes of a database cannot be listed through jobguard's views
+// without reading every job, so the console does not guess them.
 async function scopesToSearch(ctx, tx) {
   const given = text(ctx, 'scope');
   if (given) return [given];
-  const scopes = [];
-  let after = '';
-  for (let i = 0; i < 1000; i++) {
-    const rows = await tx.query(`SELECT scope::text AS scope FROM jobguard.job_overview
-                                  WHERE replaced_at IS NULL AND scope::text > $1
-                                  ORDER BY scope::text LIMIT 1`, [after]);
-    if (!rows.length) break;
-    after = rows[0].scope;
-    scopes.push(after);
-  }
-  return scopes;
+  if (ctx.config.scopes && ctx.config.scopes.length) return ctx.config.scopes;
+  return [(await tx.query('SELECT jobguard.caller_scope() AS s'))[0].s];
 }
 
 // intent: the job of one owner's idempotency key.
@@ -34,12 +27,14 @@ async function intent(ctx, tx) {
   const form = html`<form method="get" action="${ctx.base}/intent" class="filters" role="search" aria-label="Find a click">
 <label>Owner <input name="owner" value="${owner}" required></label>
 <label>Idempotency key <input name="key" value="${key}" required></label>
-<label>Scope (optional) <input name="scope" value="${text(ctx, 'scope')}"></label>
+<label>Scope <input name="scope" value="${text(ctx, 'scope')}"></label>
 <button type="submit">Find</button></form>`;
-  if (!owner || !key) return { title: 'Find one click', body: html`${form}<p>Give the owner and the idempotency key the application submitted with.</p>` };
+  if (!owner || !key) return { title: 'Find one click', body: html`${form}<p>Give the owner and the idempotency key the application submitted with, and its scope (without one: ${ctx.config.scopes && ctx.config.scopes.length ? `the scopes ${ctx.config.scopes.join(', ')}` : 'your own scope'}).</p>` };
+  let scopes = [];
   const search = await tx.panel(async () => {
     const rows = [];
-    for (const scope of await scopesToSearch(ctx, tx)) {
+    scopes = await scopesToSearch(ctx, tx);
+    for (const scope of scopes) {
       rows.push(...await tx.query(`SELECT job_id, scope, operation, provider, state, created_at
                                      FROM jobguard.job_overview
                                     WHERE scope::text = $1 AND owner_id::text = $2 AND idempotency_key::text = $3
@@ -52,7 +47,7 @@ async function intent(ctx, tx) {
     if (!search.ok) throw search.error;
     return table('Jobs of this owner and key', ['Job', 'Scope', 'Operation', 'Provider', 'State', 'Created'],
       search.value.map((r) => [jobLink(ctx, r.job_id), r.scope, r.operation, r.provider, r.state, time(r.created_at)]),
-      `No job of owner "${owner}" with key "${key}" in the scopes you may read.`);
+      `No job of owner "${owner}" with key "${key}" in scope${scopes.length === 1 ? '' : 's'} ${scopes.join(', ')}.`);
   });
   return { title: 'Find one click', body: html`${form}${found}` };
 }

@@ -17,7 +17,8 @@ function filtersOf(ctx) {
   return { status, provider: text(ctx, 'provider'), operation: text(ctx, 'operation'), scope: text(ctx, 'scope'), job_id: idParam(ctx.query.job_id) || '' };
 }
 
-// ledger: rows of the ledger, newest attempt first, before the id given.
+// ledger: rows of the ledger, the latest finished first (the order of the
+// lost attempts' index), after the cursor given ([finished_at, attempt_id]).
 async function ledger(tx, f, before, limit) {
   const values = [];
   const where = [];
@@ -26,11 +27,15 @@ async function ledger(tx, f, before, limit) {
   if (f.status === 'refunded') where.push('refunded_at IS NOT NULL');
   for (const k of ['provider', 'operation', 'scope']) if (f[k]) add(`${k}::text = ?`, f[k]);
   if (f.job_id) add('job_id = ?::bigint', f.job_id);
-  if (before) add('attempt_id < ?::bigint', before);
+  if (before) {
+    values.push(before[0], before[1]);
+    where.push(`(finished_at, attempt_id) < ($${values.length - 1}::timestamptz, $${values.length}::bigint)`);
+  }
   values.push(limit);
-  return tx.query(`SELECT l.*, jobguard.payloads_visible(l.scope) AS visible FROM jobguard.lost_results l
+  return tx.query(`SELECT l.*, l.finished_at::text AS sort_key, jobguard.payloads_visible(l.scope) AS visible
+                     FROM jobguard.lost_results l
                     ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
-                    ORDER BY attempt_id DESC LIMIT $${values.length}`, values);
+                    ORDER BY finished_at DESC, attempt_id DESC LIMIT $${values.length}`, values);
 }
 
 // csvCell: one value as a CSV field (RFC 4180).
@@ -50,18 +55,19 @@ async function page(ctx, tx) {
       const rows = await ledger(tx, f, before, CSV_BATCH);
       for (const r of rows) lines.push(COLUMNS.map((c) => csvCell(c === 'lost_result' && !r.visible ? null : r[c])).join(','));
       if (rows.length < CSV_BATCH) break;
-      before = rows[rows.length - 1].attempt_id;
+      before = [rows[rows.length - 1].sort_key, rows[rows.length - 1].attempt_id];
     }
     return { csv: `${lines.join('\r\n')}\r\n`, filename: `jobguard-lost-results-${f.status}.csv` };
   }
-  const after = cursor(ctx, 1);
+  const after = cursor(ctx, 2);
   const body = await panel(ctx, tx, { title: 'Lost results', id: 'ledger' }, async () => {
-    const rows = await ledger(tx, f, after && after[0], ctx.config.pageSize + 1);
+    const rows = await ledger(tx, f, after, ctx.config.pageSize + 1);
     const pageRows = rows.slice(0, ctx.config.pageSize);
-    const next = rows.length > ctx.config.pageSize ? String(pageRows[pageRows.length - 1].attempt_id) : null;
+    const last = pageRows[pageRows.length - 1];
+    const next = rows.length > ctx.config.pageSize ? `${last.sort_key}~${last.attempt_id}` : null;
     const q = new URLSearchParams({ ...Object.fromEntries(Object.entries(f).filter(([, v]) => v)), format: 'csv' });
     return html`<p><a href="${ctx.base}/refunds?${q.toString()}" download>Export these as CSV</a></p>
-${table('Results that lost the compare-and-swap, newest first', ['Attempt', 'Job', 'Scope', 'Owner', 'Operation', 'Provider', 'Provider key', 'Lost result', 'Finished', 'Refund'],
+${table('Results that lost the compare-and-swap, the latest first', ['Attempt', 'Job', 'Scope', 'Owner', 'Operation', 'Provider', 'Provider key', 'Lost result', 'Finished', 'Refund'],
     pageRows.map((r) => [r.attempt_id, jobLink(ctx, r.job_id), r.scope, r.owner_id, r.operation, r.provider, r.provider_key ?? '—',
       json(r.lost_result, r.visible), time(r.finished_at),
       r.refunded_at ? html`refunded ${time(r.refunded_at)}, reference <strong>${r.refund_reference}</strong>`

@@ -26,15 +26,21 @@ async function rowsOf(ctx, tx, window) {
   }
   values.push(ctx.config.pageSize + 1);
   const rows = await tx.query(`
-    SELECT p.*, COALESCE(p.redrivable_until, 'infinity')::text AS sort_key, j.owner_id, j.idempotency_key, a.started_at, a.deadline, a.worker,
-           EXTRACT(epoch FROM pg_catalog.now() - p.unknown_since) AS unknown_for
-      FROM (SELECT b.* FROM jobguard.blocked_jobs b
-             ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
-             ORDER BY COALESCE(b.redrivable_until, 'infinity'), b.attempt_id
-             LIMIT $${values.length}) p
-      CROSS JOIN LATERAL (SELECT owner_id, idempotency_key FROM jobguard.job_overview WHERE job_id = p.job_id) j
-      CROSS JOIN LATERAL (SELECT started_at, deadline, worker FROM jobguard.attempt_overview WHERE attempt_id = p.attempt_id) a
-     ORDER BY COALESCE(p.redrivable_until, 'infinity'), p.attempt_id`, values);
+    SELECT b.*, COALESCE(b.redrivable_until, 'infinity')::text AS sort_key,
+           EXTRACT(epoch FROM pg_catalog.now() - b.unknown_since) AS unknown_for
+      FROM jobguard.blocked_jobs b
+     ${where.length ? `WHERE ${where.join(' AND ')}` : ''}
+     ORDER BY COALESCE(b.redrivable_until, 'infinity'), b.attempt_id
+     LIMIT $${values.length}`, values);
+  // the owner, key and worker of the rows shown, by their ids (a statement
+  // of its own: joined above, the planner may read every job to find them)
+  if (rows.length) {
+    const jobs = new Map((await tx.query(`SELECT job_id, owner_id, idempotency_key FROM jobguard.job_overview
+                                           WHERE job_id = ANY ($1::bigint[])`, [rows.map((r) => r.job_id)])).map((j) => [String(j.job_id), j]));
+    const attempts = new Map((await tx.query(`SELECT attempt_id, worker FROM jobguard.attempt_overview
+                                               WHERE attempt_id = ANY ($1::bigint[])`, [rows.map((r) => r.attempt_id)])).map((a) => [String(a.attempt_id), a]));
+    for (const r of rows) Object.assign(r, jobs.get(String(r.job_id)), attempts.get(String(r.attempt_id)));
+  }
   const more = rows.length > ctx.config.pageSize;
   const page = rows.slice(0, ctx.config.pageSize);
   const last = page[page.length - 1];
