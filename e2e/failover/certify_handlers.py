@@ -24,7 +24,7 @@ def _test_mode(name: str) -> Callable[[Any], Any]:
             os.environ[f"FAILOVER_URL_{name}"] + "/charges", data=body, method="POST",
             headers={"Content-Type": "application/json", "Idempotency-Key": job.provider_key or "",
                      "X-Test-Mode": "1"})
-        with urllib.request.urlopen(req, timeout=5) as res:
+        with urllib.request.urlopen(req, timeout=10) as res:
             return json.loads(res.read())
 
     return call

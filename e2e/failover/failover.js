@@ -130,6 +130,7 @@ async function attemptsAbove(pool, provider, id) {
   return n;
 }
 
+// main: the whole run; resolves to the exit status.
 async function main() {
   const rng = mulberry32(SEED);
   console.log(`failover e2e: seed ${SEED}, ${JOBS} jobs, then ${FEED_PER_SECOND} a second mid-run`);

@@ -12,6 +12,8 @@ const jobguard = require('jobguard');
 
 // how long a live call waits for the provider before its outcome is unknown
 const HTTP_TIMEOUT_MS = 1000;
+// how long a test-mode call (the runner's) waits
+const TEST_TIMEOUT_MS = 10000;
 
 // urlOf: the URL of provider name, from the environment.
 function urlOf(name) {
@@ -21,12 +23,12 @@ function urlOf(name) {
 }
 
 // request: one HTTP call; resolves to { status, body }, rejects when no
-// answer came in time.
-function request(name, method, path, headers, body) {
+// answer came within timeoutMs.
+function request(name, method, path, headers, body, timeoutMs = HTTP_TIMEOUT_MS) {
   const url = urlOf(name);
   return new Promise((resolve, reject) => {
     const req = http.request({ host: url.hostname, port: url.port, method, path, headers,
-      agent: false, timeout: HTTP_TIMEOUT_MS }, (res) => {
+      agent: false, timeout: timeoutMs }, (res) => {
       let data = '';
       res.setEncoding('utf8');
       res.on('data', (c) => { data += c; });
@@ -47,7 +49,7 @@ function charge(name, job, testMode) {
   return request(name, 'POST', '/charges', {
     'Content-Type': 'application/json', 'Idempotency-Key': job.provider_key || '',
     'X-Attempt-Id': String(job.attempt_id), ...(testMode ? { 'X-Test-Mode': '1' } : {}),
-  }, JSON.stringify({ job_id: job.job_id, params: job.params }));
+  }, JSON.stringify({ job_id: job.job_id, params: job.params }), testMode ? TEST_TIMEOUT_MS : HTTP_TIMEOUT_MS);
 }
 
 // live: the Worker's handler for provider name.  200 is the result; 402 is
