@@ -515,15 +515,16 @@ COMMENT ON TABLE jobguard.refunds IS 'per attempt whose lost result was settled:
 SELECT pg_catalog.pg_extension_config_dump('jobguard.refunds', '');
 
 /*
- * The lost attempts by when they lost: what lost_results reads (and an
- * operator's console counts) without a scan of every attempt.  An attempt
- * becomes lost once, in the update that ends it.
+ * The lost attempts by when they lost (and id, for pages of a ledger in
+ * that order): what lost_results reads (and an operator's console counts)
+ * without a scan of every attempt.  An attempt becomes lost once, in the
+ * update that ends it.
  */
 CREATE INDEX attempts_lost
-	ON jobguard.attempts (finished_at)
+	ON jobguard.attempts (finished_at, id)
 	WHERE state = 'lost';
 
-COMMENT ON INDEX jobguard.attempts_lost IS 'lost attempts (their result lost the compare-and-swap and was kept) by finished_at: what lost_results reads';
+COMMENT ON INDEX jobguard.attempts_lost IS 'lost attempts (their result lost the compare-and-swap and was kept) by finished_at and id: what lost_results reads, a ledger''s pages in order';
 
 /*
  * lost_results: every lost result with its refund, in the scopes the
