@@ -187,7 +187,7 @@ typedef struct StatementDef
 	"     WHERE nx.job_id OPERATOR(pg_catalog.=) f.job_id" \
 	"     AND nx.attempt_no OPERATOR(pg_catalog.=) (f.attempt_no OPERATOR(pg_catalog.+) 1)" \
 	"     AND COALESCE(nx.tries, nx.attempt_no) OPERATOR(pg_catalog.=) COALESCE(f.tries, f.attempt_no)))" \
-	"   OPERATOR(pg_catalog.<) r.after_failures AS fresh) fr" \
+	"   OPERATOR(pg_catalog.<) r.after_failures AS fresh OFFSET 0) fr" \
 	"  ORDER BY fr.fresh DESC," \
 	"   CASE WHEN fr.fresh THEN rp.n ELSE OPERATOR(pg_catalog.-) rp.n END" \
 	"  LIMIT 1) END"
@@ -793,7 +793,8 @@ static const StatementDef statements[STMT_COUNT] = {
 		" LEFT JOIN LATERAL (SELECT f.operation, f.providers, f.after_failures"
 		"  FROM jobguard.failover f WHERE f.operation OPERATOR(pg_catalog.=) j.operation) AS r ON true"
 		/* the provider its next attempt runs against */
-		" CROSS JOIN LATERAL (SELECT " ROUTE_PROVIDER_SQL " AS provider) AS ch"
+		/* OFFSET 0: computed once per job, not once per reference */
+		" CROSS JOIN LATERAL (SELECT " ROUTE_PROVIDER_SQL " AS provider OFFSET 0) AS ch"
 		" WHERE j.priority OPERATOR(pg_catalog.=) lv.priority"
 		" AND j.completed_by IS NULL AND j.cancelled_at IS NULL"
 		" AND COALESCE(j.not_before, j.created_at) OPERATOR(pg_catalog.<=) $3"
