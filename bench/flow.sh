@@ -10,6 +10,12 @@
 #   (e) limits: the lifecycle (submit, begin, finish) against a provider
 #       whose max_in_flight never binds, against one with no policy;
 #       target: ratio >= 0.90.
+#   (f) failover routes (1.3): submit, claim and fail, claim again (the
+#       route chooses the certified fallback) and finish
+#       (bench/workloads/jobguard_claim_failover.pgbench), with the jobs of
+#       (d) stored — each pending one with a failed attempt — and a route
+#       on their operation, against an empty table with the same route;
+#       target: ratio >= 0.80.
 #
 # Tunables: FLOW_JOBS (GROWTH_JOBS, 5000000), FLOW_SECONDS (GROWTH_SECONDS),
 # FLOW_ROUNDS (GROWTH_ROUNDS), FLOW_CLIENTS (8).
@@ -51,10 +57,32 @@ PGDATABASE=jg_flow_big sql -c "SET session_replication_role = replica" \
 PGDATABASE=jg_flow_big sql -c "VACUUM ANALYZE jobguard.jobs" -c "VACUUM ANALYZE jobguard.attempts"
 flow_load_s=$(($(date +%s) - flow_t0))
 
+# (f): the stored jobs again, each pending one with a failed attempt against
+# its own provider, and a route with a certified fallback on 'charge'; the
+# reference is an empty table with the same route
+psql -X -q -c "CREATE DATABASE jg_flow_routed TEMPLATE jg_flow_big" postgres
+psql -X -q -c "CREATE DATABASE jg_flow_routed_empty" postgres
+PGDATABASE=jg_flow_routed_empty sql -c "CREATE EXTENSION jobguard"
+PGDATABASE=jg_flow_routed sql -c "SET session_replication_role = replica" \
+	-c "INSERT INTO jobguard.attempts (id, job_id, attempt_no, provider, state, read_version,
+			started_at, deadline, finished_at, error, tries)
+		SELECT 2 * $FLOW_JOBS + g, g, 1, 'stripe', 'failed', 1, now() - interval '1 day',
+			now() - interval '1 day' + interval '30 seconds', now() - interval '1 day', 'declined', 1
+		  FROM generate_series(1, $FLOW_JOBS) g WHERE g % 5 = 1" \
+	-c "SELECT setval('jobguard.id_seq', 3 * $FLOW_JOBS)" \
+	-c "VACUUM ANALYZE jobguard.attempts" >/dev/null
+for db in jg_flow_routed jg_flow_routed_empty; do
+	PGDATABASE=$db sql -c "SELECT jobguard.certify_provider('charge', 'adyen')" \
+		-c "SELECT jobguard.set_failover('charge', '{adyen,braintree}')" >/dev/null
+done
+
 flow_reset() {
 	case $1 in
 		jg_flow_big)
 			PGDATABASE=$1 sql -c "DELETE FROM jobguard.jobs WHERE id > 2 * $FLOW_JOBS" \
+				-c "VACUUM (INDEX_CLEANUP ON) jobguard.jobs, jobguard.attempts" ;;
+		jg_flow_routed)
+			PGDATABASE=$1 sql -c "DELETE FROM jobguard.jobs WHERE id > 3 * $FLOW_JOBS" \
 				-c "VACUUM (INDEX_CLEANUP ON) jobguard.jobs, jobguard.attempts" ;;
 		*) PGDATABASE=$1 sql -c "TRUNCATE jobguard.attempts, jobguard.jobs" ;;
 	esac
@@ -105,3 +133,5 @@ flow_ratio "claim by priority, $FLOW_JOBS jobs stored vs empty" jobguard_claim_p
 	jg_flow_empty jg_flow_big 0.8
 flow_ratio "lifecycle, max_in_flight never binding vs no policy" jobguard_lifecycle.pgbench \
 	jg_flow_nopolicy jg_flow_policy 0.9
+flow_ratio "claim, fail, fail over with a route, $FLOW_JOBS jobs stored (pending ones failed once) vs empty" \
+	jobguard_claim_failover.pgbench jg_flow_routed_empty jg_flow_routed 0.8
