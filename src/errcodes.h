@@ -23,7 +23,7 @@
 #define ERRCODE_JG_ATTEMPT_IN_FLIGHT		MAKE_SQLSTATE('J','G','0','0','2')
 /* the job succeeded or was cancelled */
 #define ERRCODE_JG_JOB_CLOSED				MAKE_SQLSTATE('J','G','0','0','3')
-/* fallback provider not certified for the job's operation */
+/* fallback provider not certified for the job's operation (or only under a contract since changed) */
 #define ERRCODE_JG_PROVIDER_NOT_CERTIFIED	MAKE_SQLSTATE('J','G','0','0','4')
 /* max_attempts attempts exist already */
 #define ERRCODE_JG_ATTEMPTS_EXHAUSTED		MAKE_SQLSTATE('J','G','0','0','5')
@@ -35,7 +35,7 @@
 #define ERRCODE_JG_JOB_NOT_FOUND			MAKE_SQLSTATE('J','G','0','0','8')
 /* no attempt with that id */
 #define ERRCODE_JG_ATTEMPT_NOT_FOUND		MAKE_SQLSTATE('J','G','0','0','9')
-/* a start beyond the provider's max_in_flight or max_per_second */
+/* a start beyond the provider's max_in_flight or max_per_second, or against a paused one */
 #define ERRCODE_JG_PROVIDER_BUSY			MAKE_SQLSTATE('J','G','0','1','0')
 
 #endif							/* JOBGUARD_ERRCODES_H */

@@ -98,6 +98,8 @@ const ProviderNotCertified = define('ProviderNotCertified', 'JG004', 'provider_n
     ['provider', 'operation'], {}],
   ['detail', "^Job (\\d+) targets provider \".*?\"; a fallback provider must be certified for the job's operation\\.$",
     ['jobId'], {}],
+  ['detail', "^Its certification is stale: it was earned under .*?, and the operation's contract is now .*?\\.$",
+    [], {}],
 ]);
 // JG005: the job has used all of its max_attempts.
 const AttemptsExhausted = define('AttemptsExhausted', 'JG005', 'attempts_exhausted', { jobId: 'job', maxAttempts: 'int' }, [
@@ -142,6 +144,8 @@ const ProviderBusy = define('ProviderBusy', 'JG010', 'provider_busy', { provider
     ['limit', 'max', 'open'], {}],
   ['detail', "^Its (\\w+) is .*? and no start is left for this second\\.$",
     ['limit'], {}],
+  ['detail', "^Provider \".*?\" is paused: no new attempt starts against it, and its open attempts run on\\.$",
+    [], {}],
 ]);
 // 22004: a required argument is NULL.
 const NullValueNotAllowed = define('NullValueNotAllowed', '22004', 'null_value_not_allowed', {}, [

@@ -159,6 +159,8 @@ class ProviderNotCertified(JobguardError, code="JG004", name="PROVIDER_NOT_CERTI
          ('provider', 'operation'), {}),
         ('detail', '^Job (\\d+) targets provider ".*?"; a fallback provider must be certified for the job\'s operation\\.$',
          ('job_id',), {}),
+        ('detail', "^Its certification is stale: it was earned under .*?, and the operation's contract is now .*?\\.$",
+         (), {}),
     ]
 
 
@@ -266,6 +268,8 @@ class ProviderBusy(JobguardError, code="JG010", name="PROVIDER_BUSY"):
          ('limit', 'max', 'open'), {}),
         ('detail', '^Its (\\w+) is .*? and no start is left for this second\\.$',
          ('limit',), {}),
+        ('detail', '^Provider ".*?" is paused: no new attempt starts against it, and its open attempts run on\\.$',
+         (), {}),
     ]
 
 #: 22004: a required argument is NULL. (psycopg's own class)
