@@ -97,7 +97,7 @@ function layout(ctx, { title, body, refresh }) {
 <header>
 <a class="brand" href="${b}/">jobguard console</a>
 <nav aria-label="Pages"><ul>${nav.map(([p, label]) => html`<li><a href="${b}${p}"${ctx.path === p ? html` aria-current="page"` : ''}>${label}</a></li>`)}</ul></nav>
-<div class="tools"><button type="button" id="tz-toggle" aria-pressed="false">Times: UTC</button>${who}</div>
+<div class="tools">${refreshLink(ctx, refresh)}<button type="button" id="tz-toggle" aria-pressed="false">Times: UTC</button>${who}</div>
 </header>
 <main id="main">
 <h1>${title}</h1>
@@ -107,6 +107,18 @@ ${body}
 </body>
 </html>
 `;
+}
+
+// refreshLink: turn the page's auto-refresh on (every 30 s, or the
+// server's floor if higher) or off.
+function refreshLink(ctx, refresh) {
+  if (!ctx.session) return '';
+  const query = Object.fromEntries(ctx.url.searchParams);
+  if (refresh) {
+    delete query.refresh;
+    return html`<a href="${link(ctx, ctx.path, query)}">Refreshing every ${refresh} s: stop</a> `;
+  }
+  return html`<a href="${link(ctx, ctx.path, { ...query, refresh: Math.max(30, ctx.config.refreshFloorSeconds) })}">Refresh every ${Math.max(30, ctx.config.refreshFloorSeconds)} s</a> `;
 }
 
 // link: an href under the console's base path with the query given.

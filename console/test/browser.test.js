@@ -70,7 +70,7 @@ test.before(async () => {
   rw = await startConsole({ allowActions: true, refreshFloorSeconds: 5 });
   fs.mkdirSync(SHOTS_DIR, { recursive: true });
   browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true, args: ['--no-sandbox'] });
-  context = await browser.newContext({ timezoneId: 'Asia/Kolkata', viewport: { width: 1280, height: 900 }, acceptDownloads: true });
+  context = await browser.newContext({ timezoneId: 'Asia/Kolkata', viewport: { width: 1440, height: 900 }, acceptDownloads: true });
   page = await context.newPage();
   // a script error or a refusal by the Content-Security-Policy
   page.problems = [];

@@ -46,7 +46,7 @@ test.before(async () => {
   ({ admin: db, ids } = await freshDatabase(admin, 'console_http'));
   rw = await startConsole({ allowActions: true, pageSize: 2, refreshFloorSeconds: 5, statementTimeoutMs: 500 });
   ro = await startConsole({});
-  for (const role of ['olga', 'rita', 'cora', 'pete', 'carl']) cookies[role] = await signIn(rw.url, role, PASSWORD);
+  for (const role of ['olga', 'rita', 'cora', 'pete', 'carl', 'nobody']) cookies[role] = await signIn(rw.url, role, PASSWORD);
   cookies.olgaRo = await signIn(ro.url, 'olga', PASSWORD);
 });
 
@@ -77,8 +77,9 @@ test('a signed-out visitor: pages send to sign-in, every action is 403 and chang
   assert.equal(await snapshot(), before);
 });
 
-for (const [role, expected] of [['rita', ['42501']], ['cora', ['42501', 'JG008', 'JG009']]]) {
-  test(`${role === 'rita' ? 'a reader' : 'a client of another scope'} (${role}): 403 from the console and the database's own refusal on every action`, async () => {
+const WHO = { rita: 'a reader', cora: 'a client of another scope', nobody: 'a role with no grant' };
+for (const [role, expected] of [['rita', ['42501']], ['cora', ['42501', 'JG008', 'JG009']], ['nobody', ['42501']]]) {
+  test(`${WHO[role]} (${role}): 403 from the console and the database's own refusal on every action`, async () => {
     const before = await snapshot();
     for (const a of everyAction()) {
       const r = await post(`${rw.url}${a.path}`, a.form, cookies[role]);
@@ -106,6 +107,14 @@ test('a forged cross-site POST is refused, even with the operator signed in', as
   assert.equal(bare.status, 403);
   assert.equal(await snapshot(), before);
   assert.match(cookies.olga, /^jgconsole=/);
+});
+
+test('a role with no grant reads nothing: each panel says the database refused', async () => {
+  const r = await request('GET', `${rw.url}/`, { cookie: cookies.nobody });
+  assert.equal(r.status, 200);
+  const refused = [...r.body.matchAll(/class="panel-refused"/g)].length;
+  assert.equal(refused, 5);
+  assert.doesNotMatch(r.body, /<td>stripe<\/td>/);
 });
 
 test('the session cookie is HttpOnly and SameSite=Strict', async () => {

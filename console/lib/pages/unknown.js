@@ -49,6 +49,12 @@ async function rowsOf(ctx, tx, window) {
   return { page, next };
 }
 
+// keyCell: a provider key, its start shown, the whole in its title.
+function keyCell(key) {
+  if (!key) return '—';
+  return html`<code title="${key}">${key.length > 12 ? `${key.slice(0, 12)}…` : key}</code>`;
+}
+
 // windowCell: the redrive window of a row: its end and a live countdown,
 // or why there is none.
 function windowCell(r) {
@@ -81,9 +87,9 @@ async function list(ctx, tx, { title, id, window, path }) {
   if (path === '/unknown') fields.push(['window', 'Redrive window', [['', 'any'], ['open', 'open'], ['closed', 'ended or none']]]);
   const body = await panel(ctx, tx, { title: 'Attempts', id }, async () => {
     const { page, next } = await rowsOf(ctx, tx, window || filters.window);
-    return html`${table(title, ['Job', 'Owner / key', 'Scope', 'Operation', 'Provider', 'Attempt', 'Provider key', 'Worker', 'Unknown since', 'Redrive window', 'Actions'],
-      page.map((r) => [jobLink(ctx, r.job_id), `${r.owner_id} / ${r.idempotency_key}`, r.scope, r.operation, r.provider, r.attempt_id,
-        r.provider_key ?? '—', r.worker ?? '—', html`${time(r.unknown_since)} (${duration(r.unknown_for)})`, windowCell(r), actionsCell(ctx, r)]),
+    return html`${table(title, ['Job', 'Owner / key (scope)', 'Operation, provider', 'Attempt, worker', 'Provider key', 'Unknown since', 'Redrive window', 'Actions'],
+      page.map((r) => [jobLink(ctx, r.job_id), `${r.owner_id} / ${r.idempotency_key} (${r.scope})`, `${r.operation}, ${r.provider}`,
+        `${r.attempt_id}, ${r.worker ?? 'no worker'}`, keyCell(r.provider_key), html`${time(r.unknown_since)} (${duration(r.unknown_for)})`, windowCell(r), actionsCell(ctx, r)]),
       'Nothing here.')}${pager(ctx, path, filters, next)}`;
   });
   return { title, body: html`${filterForm(ctx, path, fields, filters)}${body}` };
