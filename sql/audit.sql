@@ -23,7 +23,8 @@ GRANT EXECUTE ON FUNCTION public.jg_audit_error(text) TO PUBLIC;
 CREATE TABLE pg_temp.labels (id bigint, label text);
 GRANT ALL ON pg_temp.labels TO PUBLIC;
 -- the rows written since the last mark: the target by its label, the ids
--- left out of the arguments (target_in_arguments: the target is one of them)
+-- left out of the arguments (target_in_arguments: the target is one of them),
+-- the superuser running the suite by what it is, not its name
 CREATE TABLE pg_temp.mark (last bigint);
 INSERT INTO pg_temp.mark VALUES (0);
 CREATE FUNCTION pg_temp.new_actions()
@@ -32,7 +33,8 @@ RETURNS TABLE (action text, target text, arguments jsonb, target_in_arguments bo
 LANGUAGE sql AS $$
 	SELECT o.action, coalesce(l.label, o.target), o.arguments - 'job_id' - 'attempt_id',
 		   o.target IN (SELECT a.value FROM jsonb_each_text(o.arguments) a),
-		   o.reason, o.acting_as, o.role = session_user
+		   o.reason, CASE WHEN o.acting_as = session_user THEN '(the session user)' ELSE o.acting_as END,
+		   o.role = session_user
 	  FROM jobguard.operator_actions o
 	  CROSS JOIN pg_temp.mark m
 	  LEFT JOIN pg_temp.labels l ON l.id::text = o.target
