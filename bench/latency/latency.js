@@ -142,7 +142,7 @@ const SECONDS = Number(args.seconds || 6);
 const ROUNDS = Number(args.rounds || 3);
 const WORKERS = Number(args.workers || 4);
 const STALL_SECONDS = Number(args['stall-seconds'] || 20);
-const FINISH_SECONDS = Number(args['finish-seconds'] || 30);
+const FINISH_SECONDS = Number(args['finish-seconds'] || 15);
 const PRODUCER_CONNS = 8;
 const ONLY = args.only ? args.only.split(',') : null;
 const URL = process.env.JG_URL;
@@ -241,17 +241,17 @@ async function verifyJobguard(db, who, n) {
   { jobs: n, succeeded: n, attempts: n });
 }
 
-// sqlLoop: the README's worker loop, one connection per worker: claim one
-// job with wait => '5 seconds' (its own transaction), run the handler,
-// finish_attempt (its own transaction)
-async function sqlLoop(url, starts, ctx) {
+// sqlLoop(maxJobs): the README's worker loop, one connection per worker:
+// claim up to maxJobs jobs with wait => '5 seconds' (its own transaction),
+// then for each run the handler and finish_attempt (its own transaction)
+const sqlLoop = (maxJobs) => async (url, starts, ctx) => {
   const clients = await Promise.all(Array.from({ length: WORKERS }, () => connect(url)));
   for (const c of clients) await checkSession(c, true);
   let stop = false;
   const loops = clients.map(async (c, w) => {
     while (!stop) {
-      const { rows } = await c.query({ name: 'claim', values: [`sql-${w}`],
-        text: `SELECT attempt_id, params FROM jobguard.claim($1, max_jobs => 1, timeout => '30 seconds', wait => '5 seconds')` });
+      const { rows } = await c.query({ name: 'claim', values: [`sql-${w}`, maxJobs],
+        text: `SELECT attempt_id, params FROM jobguard.claim($1, max_jobs => $2, timeout => '30 seconds', wait => '5 seconds')` });
       for (const r of rows) {
         starts.hit(r.params.i);
         const { rows: o } = await c.query({ name: 'finish', values: [r.attempt_id],
@@ -272,7 +272,7 @@ async function sqlLoop(url, starts, ctx) {
     await Promise.all(clients.map((c) => c.end()));
     for (const e of errors) if (e && e.code !== '57014') throw e;
   };
-}
+};
 
 // nodeWorkers: the Node client's Worker with its defaults (batch 1, wait
 // 2 s), each on a pool of 2 (its loop and its heartbeats)
@@ -440,13 +440,15 @@ const CONTENDERS = [
     settings: '`new Worker(handler, { pool })` (batch 1, waitSeconds 2: its claim waits), a pool of 2 each' },
   { name: 'jg-python', label: "jobguard, the Python client's `Worker`", preload: true, workers: pythonWorkers, ...JG_RESET,
     settings: '`Worker(handler)` (batch 1, wait 2 s), one process each; psycopg 3' },
-  { name: 'jg-sql', label: "jobguard, the README's SQL loop", preload: true, workers: sqlLoop, ...JG_RESET,
-    settings: "`claim(worker, max_jobs => 1, wait => '5 seconds')`, then `finish_attempt`, each its own transaction" },
+  { name: 'jg-sql', label: "jobguard, the README's SQL loop", preload: true, workers: sqlLoop(10), ...JG_RESET,
+    settings: "`claim(worker, max_jobs => 10, timeout => '30 seconds', wait => '5 seconds')`, then `finish_attempt` per job, each its own transaction" },
+  { name: 'jg-sql-1', label: "jobguard, the README's SQL loop, one job a claim", preload: true, workers: sqlLoop(1), ...JG_RESET,
+    settings: 'as above with `max_jobs => 1`: two commits per job in every worker' },
   { name: 'jg-node-plain', label: "jobguard not preloaded, the Node client's `Worker`", preload: false, workers: nodeWorkers, ...JG_RESET,
     settings: 'as above; without preload claim(wait) polls (1 ms doubling to 50 ms)' },
   { name: 'jg-python-plain', label: "jobguard not preloaded, the Python client's `Worker`", preload: false, workers: pythonWorkers, ...JG_RESET,
     settings: 'as above' },
-  { name: 'jg-sql-plain', label: "jobguard not preloaded, the README's SQL loop", preload: false, workers: sqlLoop, ...JG_RESET,
+  { name: 'jg-sql-plain', label: "jobguard not preloaded, the README's SQL loop", preload: false, workers: sqlLoop(10), ...JG_RESET,
     settings: 'as above' },
   { name: 'floor', label: 'the floor: plain `LISTEN`/`NOTIFY` + `SKIP LOCKED` on one table', preload: true, workers: floorWorkers,
     submit: 'floor', reset: (db) => db.query('TRUNCATE bench_latency.jobs'),
@@ -472,7 +474,7 @@ const CONTENDERS = [
     settings: '`run({ concurrency: 4, taskList })` (LISTEN/NOTIFY wakes it), jobs by `graphile_worker.add_job`' },
 ];
 const labelOf = (c) => (typeof c.label === 'function' ? c.label() : c.label);
-const JG_PRELOADED = ['jg-node', 'jg-python', 'jg-sql'];
+const JG_PRELOADED = ['jg-node', 'jg-python', 'jg-sql', 'jg-sql-1'];
 const PEERS = ['pgboss-poll', 'pgboss-notify', 'graphile'];
 
 // runProducer: the producer process for one run; resolves to its report
@@ -564,7 +566,13 @@ function svg(res, chosen, title) {
   const H = MT + RATES.length * (PH + MB) + 10;
   const lo = -1; const hi = 4;                         // 0.1 ms .. 10 s
   const BINS = 50;
-  const colours = ['#1f77b4', '#aec7e8', '#17becf', '#9edae5', '#c5b0d5', '#9467bd', '#2ca02c', '#d62728', '#ff7f0e', '#8c564b'];
+  // jobguard's in blue, green and teal (dashed: not preloaded), the floor
+  // black, the peers warm
+  const style = {
+    'jg-node': ['#1f77b4', ''], 'jg-python': ['#2ca02c', ''], 'jg-sql': ['#17becf', ''], 'jg-sql-1': ['#8c564b', ''],
+    'jg-node-plain': ['#1f77b4', '5,3'], 'jg-python-plain': ['#2ca02c', '5,3'], 'jg-sql-plain': ['#17becf', '5,3'],
+    floor: ['#000000', ''], 'pgboss-poll': ['#d62728', ''], 'pgboss-notify': ['#ff7f0e', ''], graphile: ['#9467bd', ''],
+  };
   const out = [`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" font-family="sans-serif" font-size="11">`,
     `<rect width="${W}" height="${H}" fill="white"/>`,
     `<text x="${W / 2}" y="20" text-anchor="middle" font-size="13">${title.replace(/&/g, '&amp;').replace(/</g, '&lt;')}</text>`];
@@ -583,11 +591,12 @@ function svg(res, chosen, title) {
     const ymax = Math.max(5, ...hists.filter(Boolean).flat());
     const X = (v) => ML + (v - lo) / (hi - lo) * pw;
     const Y = (v) => top + PH - v / ymax * PH;
-    out.push(`<text x="${ML}" y="${top - 8}" font-size="12">${rate} submits/s, ${WORKERS} workers: share of jobs (%) by submit-to-start latency</text>`);
+    out.push(`<text x="${ML}" y="${top - 8}" font-size="12">${rate} submits/s, ${WORKERS} workers: share of jobs (%) by submit-to-start latency (log scale; a run that did not finish has no line)</text>`);
     out.push(`<rect x="${ML}" y="${top}" width="${pw}" height="${PH}" fill="none" stroke="#888"/>`);
     for (let d = lo; d <= hi; d++) {
       out.push(`<line x1="${X(d)}" y1="${top}" x2="${X(d)}" y2="${top + PH}" stroke="#ddd"/>`);
-      out.push(`<text x="${X(d)}" y="${top + PH + 15}" text-anchor="middle">${10 ** d >= 1 ? 10 ** d : (10 ** d).toFixed(1)} ms</text>`);
+      const tick = 10 ** d >= 1 ? `${10 ** d} ms` : `${(10 ** d).toFixed(1)} ms or less`;
+      out.push(`<text x="${X(d)}" y="${top + PH + 15}" text-anchor="${d === lo ? 'start' : 'middle'}">${tick}</text>`);
     }
     for (let t = 0; t <= 4; t++) {
       const v = ymax * t / 4;
@@ -597,8 +606,10 @@ function svg(res, chosen, title) {
       const h = hists[j];
       if (!h) return;
       const pts = h.map((v, b) => `${X(lo + (b + 0.5) * (hi - lo) / BINS).toFixed(1)},${Y(v).toFixed(1)}`).join(' ');
-      out.push(`<polyline fill="none" stroke="${colours[j % colours.length]}" stroke-width="1.6" points="${pts}"/>`);
-      out.push(`<line x1="${W - MR + 15}" y1="${top + 12 + 16 * j}" x2="${W - MR + 35}" y2="${top + 12 + 16 * j}" stroke="${colours[j % colours.length]}" stroke-width="2"/>`);
+      const [colour, dash] = style[c.name] || ['#7f7f7f', ''];
+      const d = dash ? ` stroke-dasharray="${dash}"` : '';
+      out.push(`<polyline fill="none" stroke="${colour}"${d} stroke-width="1.6" points="${pts}"/>`);
+      out.push(`<line x1="${W - MR + 15}" y1="${top + 12 + 16 * j}" x2="${W - MR + 35}" y2="${top + 12 + 16 * j}" stroke="${colour}"${d} stroke-width="2"/>`);
       out.push(`<text x="${W - MR + 40}" y="${top + 16 + 16 * j}">${c.name}</text>`);
     });
   });
@@ -726,7 +737,7 @@ function svg(res, chosen, title) {
   const report = lines.join('\n') + '\n';
   process.stdout.write(report);
   if (args.report) fs.writeFileSync(args.report, report);
-  if (args.svg) fs.writeFileSync(args.svg, svg(res, chosen, `jobguard: submit-to-start latency, ${ROUNDS} rounds pooled`));
+  if (args.svg) fs.writeFileSync(args.svg, svg(res, chosen, `jobguard: submit-to-start latency, ${ROUNDS} round${ROUNDS > 1 ? "s" : ""} pooled`));
   console.log(`\nLATENCY-TARGETS ${npass} ${nfail} ${failures.length}`);
   await dbs.pre.end();
   await dbs.plain.end();
