@@ -459,7 +459,8 @@ $$;
 ---------------------------------------------------------------------------
 
 /*
- * What an operator did (doc/reference.md, "Operator actions"): one row per
+ * What an operator did (doc/reference.md, "What an operator did, and what
+ * is owed back"): one row per
  * successful call of an operator-only or administrative function that
  * changes something, written in the caller's transaction by the function
  * itself (src/audit.c for the C ones; the PL/pgSQL ones below).  role is
@@ -493,7 +494,7 @@ SELECT pg_catalog.pg_extension_config_dump('jobguard.operator_actions', '');
 SELECT pg_catalog.pg_extension_config_dump('jobguard.operator_actions_id_seq', '');
 
 /*
- * What is owed back (doc/reference.md, "Lost results"): a result that lost
+ * What is owed back (the same section): a result that lost
  * the compare-and-swap and was kept (attempts.lost_result) may be money
  * the provider took twice; mark_refunded() records that it was settled.
  * A table of its own: the fast path writes attempts' tuples by column
@@ -577,6 +578,8 @@ DECLARE
 	f record;
 	def text;
 	patched text;
+	audited text[] := '{cancel_attempt,cancel_job,redrive_attempt,retry_job,reschedule,set_provider_policy,set_failover,certify_provider,revoke_provider,define_operation}';
+	done text[] := '{}';
 BEGIN
 	FOR f IN
 		SELECT p.oid::pg_catalog.regprocedure AS routine, p.proname::pg_catalog.text AS name
@@ -584,7 +587,7 @@ BEGIN
 		 WHERE p.pronamespace OPERATOR(pg_catalog.=) 'jobguard'::pg_catalog.regnamespace
 		   AND p.prolang OPERATOR(pg_catalog.=)
 			   (SELECT l.oid FROM pg_catalog.pg_language l WHERE l.lanname OPERATOR(pg_catalog.=) 'c')
-		   AND p.proname OPERATOR(pg_catalog.=) ANY ('{cancel_attempt,cancel_job,redrive_attempt,retry_job,reschedule,set_provider_policy,set_failover,certify_provider,revoke_provider,define_operation}'::pg_catalog.name[])
+		   AND p.proname::pg_catalog.text OPERATOR(pg_catalog.=) ANY (audited)
 		   AND p.prosrc OPERATOR(pg_catalog.=) ('jobguard_' OPERATOR(pg_catalog.||) p.proname::pg_catalog.text)
 	LOOP
 		def := pg_catalog.pg_get_functiondef(f.routine);
@@ -595,7 +598,14 @@ BEGIN
 			RAISE EXCEPTION 'jobguard update: no symbol jobguard_% in the definition of %', f.name, f.routine;
 		END IF;
 		EXECUTE patched;
+		done := done OPERATOR(pg_catalog.||) f.name;
 	END LOOP;
+	-- each exactly once: a renamed entry point or a new overload is noticed here
+	IF NOT coalesce((SELECT pg_catalog.array_agg(n ORDER BY n) FROM pg_catalog.unnest(done) n)
+					OPERATOR(pg_catalog.=)
+					(SELECT pg_catalog.array_agg(n ORDER BY n) FROM pg_catalog.unnest(audited) n), false) THEN
+		RAISE EXCEPTION 'jobguard update: audited functions % found, % expected', done, audited;
+	END IF;
 END
 $$;
 

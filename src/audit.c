@@ -2,10 +2,11 @@
  *
  * audit.c
  *	  What an operator did: jobguard.operator_actions (doc/reference.md,
- *	  "Operator actions").  One row per successful call of an operator-only
- *	  or administrative function that changes something: when, who
- *	  (session_user) and as whom (current_user), the function, its target,
- *	  its arguments by name and the reason.
+ *	  "What an operator did, and what is owed back").  One row per
+ *	  successful call of an operator-only or administrative function that
+ *	  changes something: when, who (session_user) and as whom
+ *	  (current_user), the function, its target, its arguments by name and
+ *	  the reason.
  *
  * The audited C functions are wrapped here: jobguard--1.2--1.3.sql points
  * each SQL function at its jobguard_audited_<name> symbol, which calls the

@@ -4,7 +4,7 @@
  *	  What is owed back: jobguard.mark_refunded() records that the result
  *	  an attempt kept after losing the compare-and-swap (attempts.
  *	  lost_result: perhaps money the provider took twice) was settled
- *	  (doc/reference.md, "Lost results").
+ *	  (doc/reference.md, "What an operator did, and what is owed back").
  *
  * The records are rows of jobguard.refunds, a table of their own (the
  * fast path writes attempts' tuples by column number, so attempts gains no
