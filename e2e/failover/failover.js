@@ -18,7 +18,7 @@
 //    Python client's runner certifies it again), then set_provider_policy('B', paused =>
 //    true) (none reaches B until it is unpaused).
 //
-// Prints pg_regress-style lines ("test failover e2e: ... ok") and the
+// Prints pg_regress-style lines ("test failover e2e (LABEL): ... ok") and the
 // counts; exits non-zero on any failure.
 
 const path = require('node:path');
@@ -43,11 +43,15 @@ const CONTRACT = { type: 'object', required: ['charge_id', 'amount'], additional
 // the changed contract of the mid-run: a currency may come back too
 const CONTRACT2 = { ...CONTRACT, properties: { ...CONTRACT.properties, currency: { type: 'string' } } };
 
+// what the run's lines are called: "test failover e2e (fast path on): ..."
+const LABEL = process.env.FAILOVER_LABEL ? ` (${process.env.FAILOVER_LABEL})` : '';
+const TITLE = `failover e2e${LABEL}`;
+
 let failures = 0;
 // check: one result line
 function check(name, ok, detail = '') {
   if (!ok) failures++;
-  console.log(`test failover e2e: ${name} ... ${ok ? 'ok' : 'FAILED'}${!ok && detail ? ` (${detail})` : ''}`);
+  console.log(`test ${TITLE}: ${name} ... ${ok ? 'ok' : 'FAILED'}${!ok && detail ? ` (${detail})` : ''}`);
 }
 
 // mulberry32: a seeded generator, so that a run can be repeated
@@ -133,7 +137,10 @@ async function attemptsAbove(pool, provider, id) {
 // main: the whole run; resolves to the exit status.
 async function main() {
   const rng = mulberry32(SEED);
-  console.log(`failover e2e: seed ${SEED}, ${JOBS} jobs, then ${FEED_PER_SECOND} a second mid-run`);
+  const pool = new Pool({ max: 4 });
+  const { rows: [{ fast }] } = await pool.query('SELECT jobguard.fast_path_status() AS fast');
+  console.log(`${TITLE}: seed ${SEED}, ${JOBS} jobs, then ${FEED_PER_SECOND} a second mid-run; `
+    + `fast path: ${fast}`);
   const providers = {
     A: new Provider('A', 'refusing', { rng, refuse: 0.4, stall: 0.02 }),
     B: new Provider('B', 'honest', { rng }),
@@ -141,7 +148,6 @@ async function main() {
   };
   for (const [name, p] of Object.entries(providers)) process.env[`FAILOVER_URL_${name}`] = await p.start();
   const { live, lookup } = require('./handlers');
-  const pool = new Pool({ max: 4 });
 
   await pool.query(`SELECT jobguard.define_operation('charge', $1::jsonb, '10 milliseconds', '50 milliseconds')`,
     [JSON.stringify(CONTRACT)]);
@@ -336,12 +342,12 @@ async function main() {
     `${liveRequests} requests, ${ran} handler runs`);
   check('no worker claimed a row it has no handler for', [seedStats, ...stats].every((w) => w.unhandled === 0));
 
-  console.log(`failover e2e: jobs=${all.length} effects A=${providers.A.effects.length} B=${providers.B.effects.length} `
+  console.log(`${TITLE}: jobs=${all.length} effects A=${providers.A.effects.length} B=${providers.B.effects.length} `
     + `C=${providers.C.effects.length} failovers=${failovers.length} refused_by_A=${providers.A.counts.refused} `
     + `unknown=${unknowns} reconciled=${rstats.won} refused_certifications=${refusedCertifications} `
     + `requests_to_C=${providers.C.counts.live} (test mode: ${providers.C.counts.test}) `
     + `certification_requests_B=${providers.B.counts.test}`);
-  if (failures > 0 && logged.length > 0) console.log(`failover e2e: the loops logged:\n  ${logged.slice(-20).join('\n  ')}`);
+  if (failures > 0 && logged.length > 0) console.log(`${TITLE}: the loops logged:\n  ${logged.slice(-20).join('\n  ')}`);
 
   await pool.end();
   for (const p of Object.values(providers)) await p.stop();
@@ -349,6 +355,6 @@ async function main() {
 }
 
 main().then((code) => process.exit(code), (err) => {
-  console.log(`test failover e2e: the run ... FAILED (${err.stack})`);
+  console.log(`test ${TITLE}: the run ... FAILED (${err.stack})`);
   process.exit(1);
 });
