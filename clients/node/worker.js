@@ -1,13 +1,13 @@
 'use strict';
 // A worker loop on jobguard.claim().  new Worker(handler, options).run()
 // (or new Worker({ handlers: { stripe: fn, adyen: fn } }, options): a
-// handler per provider) claims jobs (a batch at a time, waiting for work when there is none),
-// awaits handler(job) for each and reports: the resolved value is the
-// result (finish; with batch > 1 the batch's results are recorded together
-// by one finish_many when the batch ends), a ProviderRefused ("the provider
-// said no"; RetryLater, or any error with a numeric retryInSeconds, holds
-// the retry back that long) fails the attempt (fail), and
-// InProgress ("the provider says this key is still being processed") marks
+// handler per provider) claims jobs (a batch at a time, waiting for work
+// when there is none), awaits handler(job) for each and reports: the
+// resolved value is the result (finish; with batch > 1 the batch's results
+// are recorded together by one finish_many when the batch ends), a
+// ProviderRefused ("the provider said no"; RetryLater, or any error with a
+// numeric retryInSeconds, holds the retry back that long) fails the
+// attempt (fail), and InProgress ("the provider says this key is still being processed") marks
 // it unknown (mark_unknown), never failed: a failed attempt's successor
 // gets a new provider key while the first request may still be running.
 // Each attempt runs against the provider its row names (job.provider; on
