@@ -7,9 +7,10 @@
 // are recorded together by one finish_many when the batch ends), a
 // ProviderRefused ("the provider said no"; RetryLater, or any error with a
 // numeric retryInSeconds, holds the retry back that long) fails the
-// attempt (fail), and InProgress ("the provider says this key is still being processed") marks
-// it unknown (mark_unknown), never failed: a failed attempt's successor
-// gets a new provider key while the first request may still be running.
+// attempt (fail), and InProgress ("the provider says this key is still
+// being processed") marks it unknown (mark_unknown), never failed: a
+// failed attempt's successor gets a new provider key while the first
+// request may still be running.
 // Each attempt runs against the provider its row names (job.provider; on
 // 1.3 job.failover is true when that is a fallback of the operation's
 // route, not the job's own provider): with a handler per provider, that
