@@ -274,9 +274,10 @@ const sqlLoop = (maxJobs) => async (url, starts, ctx) => {
   };
 };
 
-// nodeWorkers: the Node client's Worker with its defaults (batch 1, wait
-// 2 s), each on a pool of 2 (its loop and its heartbeats)
-async function nodeWorkers(url, starts, ctx) {
+// nodeWorkers(batch): the Node client's Worker with its defaults (wait
+// 2 s) and the given batch (its default is 1), each on a pool of 2 (its
+// loop and its heartbeats)
+const nodeWorkers = (batch) => async (url, starts, ctx) => {
   const { Worker } = require('../../clients/node');
   const pools = []; const workers = [];
   for (let w = 0; w < WORKERS; w++) {
@@ -286,7 +287,7 @@ async function nodeWorkers(url, starts, ctx) {
     for (const c of cs) c.release();
     pools.push(pool);
     workers.push(new Worker(async (job) => { starts.hit(job.params.i); return {}; },
-      { pool, name: `lat-node-${w}`, logger: { info() {}, warn: console.error, error: console.error } }));
+      { pool, name: `lat-node-${w}`, batch, logger: { info() {}, warn: console.error, error: console.error } }));
   }
   const running = workers.map((w) => w.run({ handleSignals: false }));
   ctx.teardown = async () => {
@@ -296,7 +297,7 @@ async function nodeWorkers(url, starts, ctx) {
     const bad = stats.reduce((s, x) => s + x.lost + x.rejected + x.failed + x.reportErrors + x.released, 0);
     if (bad) throw new VerifyError(`the Node Worker: ${JSON.stringify(stats)}`);
   };
-}
+};
 
 // pythonWorkers: the Python client's Worker, one process each (py_worker.py)
 async function pythonWorkers(url, starts, ctx) {
@@ -436,15 +437,17 @@ async function graphileWorkers(url, starts, ctx) {
 
 const JG_RESET = { reset: resetJobguard, left: JOBGUARD_LEFT, verify: verifyJobguard, submit: 'jobguard' };
 const CONTENDERS = [
-  { name: 'jg-node', label: "jobguard, the Node client's `Worker`", preload: true, workers: nodeWorkers, ...JG_RESET,
-    settings: '`new Worker(handler, { pool })` (batch 1, waitSeconds 2: its claim waits), a pool of 2 each' },
+  { name: 'jg-node', label: "jobguard, the Node client's `Worker`", preload: true, workers: nodeWorkers(1), ...JG_RESET,
+    settings: '`new Worker(handler, { pool })` (its defaults: batch 1, waitSeconds 2, its claim waits), a pool of 2 each' },
+  { name: 'jg-node-10', label: "jobguard, the Node client's `Worker`, batch 10", preload: true, workers: nodeWorkers(10), ...JG_RESET,
+    settings: '`new Worker(handler, { pool, batch: 10 })`: a claim takes up to 10 (what is there), finished with `finish_many`' },
   { name: 'jg-python', label: "jobguard, the Python client's `Worker`", preload: true, workers: pythonWorkers, ...JG_RESET,
     settings: '`Worker(handler)` (batch 1, wait 2 s), one process each; psycopg 3' },
   { name: 'jg-sql', label: "jobguard, the README's SQL loop", preload: true, workers: sqlLoop(10), ...JG_RESET,
     settings: "`claim(worker, max_jobs => 10, timeout => '30 seconds', wait => '5 seconds')`, then `finish_attempt` per job, each its own transaction" },
   { name: 'jg-sql-1', label: "jobguard, the README's SQL loop, one job a claim", preload: true, workers: sqlLoop(1), ...JG_RESET,
     settings: 'as above with `max_jobs => 1`: two commits per job in every worker' },
-  { name: 'jg-node-plain', label: "jobguard not preloaded, the Node client's `Worker`", preload: false, workers: nodeWorkers, ...JG_RESET,
+  { name: 'jg-node-plain', label: "jobguard not preloaded, the Node client's `Worker`", preload: false, workers: nodeWorkers(1), ...JG_RESET,
     settings: 'as above; without preload claim(wait) polls (1 ms doubling to 50 ms)' },
   { name: 'jg-python-plain', label: "jobguard not preloaded, the Python client's `Worker`", preload: false, workers: pythonWorkers, ...JG_RESET,
     settings: 'as above' },
@@ -474,7 +477,7 @@ const CONTENDERS = [
     settings: '`run({ concurrency: 4, taskList })` (LISTEN/NOTIFY wakes it), jobs by `graphile_worker.add_job`' },
 ];
 const labelOf = (c) => (typeof c.label === 'function' ? c.label() : c.label);
-const JG_PRELOADED = ['jg-node', 'jg-python', 'jg-sql', 'jg-sql-1'];
+const JG_PRELOADED = ['jg-node', 'jg-node-10', 'jg-python', 'jg-sql', 'jg-sql-1'];
 const PEERS = ['pgboss-poll', 'pgboss-notify', 'graphile'];
 
 // runProducer: the producer process for one run; resolves to its report
@@ -569,7 +572,7 @@ function svg(res, chosen, title) {
   // jobguard's in blue, green and teal (dashed: not preloaded), the floor
   // black, the peers warm
   const style = {
-    'jg-node': ['#1f77b4', ''], 'jg-python': ['#2ca02c', ''], 'jg-sql': ['#17becf', ''], 'jg-sql-1': ['#8c564b', ''],
+    'jg-node': ['#1f77b4', ''], 'jg-python': ['#2ca02c', ''], 'jg-sql': ['#17becf', ''], 'jg-sql-1': ['#8c564b', ''], 'jg-node-10': ['#7f7f7f', ''],
     'jg-node-plain': ['#1f77b4', '5,3'], 'jg-python-plain': ['#2ca02c', '5,3'], 'jg-sql-plain': ['#17becf', '5,3'],
     floor: ['#000000', ''], 'pgboss-poll': ['#d62728', ''], 'pgboss-notify': ['#ff7f0e', ''], graphile: ['#9467bd', ''],
   };
