@@ -740,7 +740,11 @@ BEGIN
 			pg_catalog.array_to_string(taken, ', ')
 			USING DETAIL = 'Only jobguard.grant_client(), grant_reader() and grant_operator() give rights on jobguard.';
 	END IF;
+	-- the grants of roles that exist (one of a role dropped without
+	-- revoke_client holds a bare OID, which grants nothing)
 	FOR g IN SELECT gr.role, gr.kind, gr.scope FROM jobguard.grants gr
+			  WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+							 WHERE r.oid OPERATOR(pg_catalog.=) gr.role::pg_catalog.oid)
 	LOOP
 		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.lost_results TO %s', g.role);
 		IF g.kind OPERATOR(pg_catalog.=) 'operator'
