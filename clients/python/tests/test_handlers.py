@@ -76,12 +76,24 @@ def drain(kind: str, database: str, op: str, workers: int = 1, **options: Any) -
             t.start()
         for t in threads:
             t.join(60)
+        for w in ws:    # one that did not end is stopped, and the test fails
+            w.stop()
+        for t in threads:
+            t.join(60)
+        assert all(w.stats.claim_errors == 0 for w in ws), [w.stats for w in ws]
         return [w.stats for w in ws]
 
     async def main() -> List[WorkerStats]:
         """The asyncio workers."""
         aws = [AsyncWorker(**kw) for _ in range(workers)]
-        await asyncio.gather(*(w.run(until_idle=True, handle_signals=False) for w in aws))
+        runs = asyncio.gather(*(w.run(until_idle=True, handle_signals=False) for w in aws))
+        try:
+            await asyncio.wait_for(asyncio.shield(runs), 60)
+        except asyncio.TimeoutError:
+            for w in aws:   # one that did not end is stopped, and the test fails
+                w.stop()
+            await runs
+        assert all(w.stats.claim_errors == 0 for w in aws), [w.stats for w in aws]
         return [w.stats for w in aws]
     return asyncio.run(main())
 

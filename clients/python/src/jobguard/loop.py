@@ -637,12 +637,13 @@ class WorkerCore(LoopCore):
         """The claim of this round.  A claim that waited begins its attempts
         when the work came (their whole timeout ahead); waiting at most a
         third of the timeout per claim keeps the loop responsive to
-        shutdown and to its own lease.  With ``handlers``, only rows whose
-        provider has a handler: claim's ``providers`` (1.3), or on a 1.2
-        database ``provider`` naming each of them in turn."""
+        shutdown and to its own lease.  With ``handlers`` (and no
+        ``provider``, which has one), only rows whose provider has a
+        handler: claim's ``providers`` (1.3), or on a 1.2 database
+        ``provider`` naming each of them in turn."""
         wait = min(self.wait, self.timeout / 3)
         provider, providers = self.provider, None
-        if self.handlers is not None:
+        if self.handlers is not None and provider is None:
             names = sorted(self.handlers)
             if self._claim_providers is None:
                 self._claim_providers = yield from self._main_line.call(
@@ -650,7 +651,7 @@ class WorkerCore(LoopCore):
                                                " text, interval, text[])"), retry=True)
             if self._claim_providers:
                 providers = names
-            elif provider is None:
+            else:
                 provider = names[self._turn % len(names)]
                 self._turn += 1
                 wait = wait / len(names)
