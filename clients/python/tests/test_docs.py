@@ -140,16 +140,10 @@ def test_readme_drain_loop_is_the_tested_file() -> None:
 @pytest.fixture
 def drain_database() -> Iterator[str]:
     """A database of its own (the loop drains every "charge" job there)."""
-    from conftest import DB, VERSION, _admin
-    db = f"{DB}_drain"
-    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-    _admin(f"CREATE DATABASE {db}")
-    with psycopg.connect(dbname=db, autocommit=True) as c:
-        c.execute("CREATE EXTENSION jobguard" + (f" VERSION '{VERSION}'" if VERSION else ""))
-        c.execute("""SELECT jobguard.define_operation('charge',
-            '{"type": "object", "required": ["charge_id"]}')""")
-    yield db
-    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    from conftest import scratch_database
+    with scratch_database("drain", setup=["""SELECT jobguard.define_operation('charge',
+            '{"type": "object", "required": ["charge_id"]}')"""]) as db:
+        yield db
 
 
 def test_drain_loop_drains_more_jobs_than_a_batch_once_each(drain_database: str) -> None:

@@ -7,7 +7,6 @@ handler may read ``job.provider`` and ``job.failover`` itself."""
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import threading
 import uuid
@@ -18,7 +17,7 @@ import pytest
 
 from jobguard import (AsyncWorker, Claimed, ProviderRefused, Request, Worker, WorkerStats,
                       submit_many)
-from conftest import DB, _admin
+from conftest import run_until_idle, scratch_database
 
 Conn = psycopg.Connection[Any]
 
@@ -26,13 +25,8 @@ Conn = psycopg.Connection[Any]
 @pytest.fixture(scope="module")
 def v12_database() -> Iterator[str]:
     """A database whose jobguard is at 1.2 (served by the 1.3 library)."""
-    db = f"{DB}_v12db"
-    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-    _admin(f"CREATE DATABASE {db}")
-    with psycopg.connect(dbname=db, autocommit=True) as c:
-        c.execute("CREATE EXTENSION jobguard VERSION '1.2'")
-    yield db
-    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    with scratch_database("v12db", "1.2") as db:
+        yield db
 
 
 @pytest.fixture(params=["current", "1.2"])
@@ -67,35 +61,10 @@ def drain(kind: str, database: str, op: str, workers: int = 1, **options: Any) -
     options given until no claim finds work; their stats."""
     kw: Dict[str, Any] = dict(conninfo=f"dbname={database}", operations=[op], wait=0.6)
     kw.update(options)
-    if kind == "thread":
-        ws = [Worker(**kw) for _ in range(workers)]
-        threads = [threading.Thread(target=lambda w=w: w.run(until_idle=True,
-                                                              handle_signals=False))
-                   for w in ws]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        for w in ws:    # one that did not end is stopped, and the test fails
-            w.stop()
-        for t in threads:
-            t.join(60)
-        assert all(w.stats.claim_errors == 0 for w in ws), [w.stats for w in ws]
-        return [w.stats for w in ws]
-
-    async def main() -> List[WorkerStats]:
-        """The asyncio workers."""
-        aws = [AsyncWorker(**kw) for _ in range(workers)]
-        runs = asyncio.gather(*(w.run(until_idle=True, handle_signals=False) for w in aws))
-        try:
-            await asyncio.wait_for(asyncio.shield(runs), 60)
-        except asyncio.TimeoutError:
-            for w in aws:   # one that did not end is stopped, and the test fails
-                w.stop()
-            await runs
-        assert all(w.stats.claim_errors == 0 for w in aws), [w.stats for w in aws]
-        return [w.stats for w in aws]
-    return asyncio.run(main())
+    cls = Worker if kind == "thread" else AsyncWorker
+    stats = run_until_idle(kind, [cls(**kw) for _ in range(workers)], 60)
+    assert all(s.claim_errors == 0 for s in stats), stats
+    return stats
 
 
 def recording(seen: Dict[str, List[Any]], lock: threading.Lock,

@@ -23,7 +23,7 @@ import jobguard
 from jobguard import (AsyncReconciler, AsyncWorker, Claimed, InProgress, ProviderRefused,
                       Reconciler, RetryLater, Unknown, Worker)
 
-from conftest import DB, _admin
+from conftest import scratch_database
 
 Conn = psycopg.Connection[Any]
 
@@ -161,14 +161,9 @@ def test_refused_rows_of_finish_many_are_handled_as_finish_errors(database: str,
 
 @pytest.fixture
 def v11_database() -> Iterator[str]:
-    """A database whose jobguard is at 1.1 (served by the 1.2 library)."""
-    db = f"{DB}_v11db"
-    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
-    _admin(f"CREATE DATABASE {db}")
-    with psycopg.connect(dbname=db, autocommit=True) as c:
-        c.execute("CREATE EXTENSION jobguard VERSION '1.1'")
-    yield db
-    _admin(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    """A database whose jobguard is at 1.1 (served by a later library)."""
+    with scratch_database("v11db", "1.1") as db:
+        yield db
 
 
 def test_a_1_1_database_gets_finish_attempt_each_and_no_provider_key(v11_database: str) -> None:

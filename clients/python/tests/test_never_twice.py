@@ -24,6 +24,7 @@ import pytest
 
 import jobguard
 from jobguard import AsyncReconciler, AsyncWorker, Claimed, Reconciler, Worker, api
+from conftest import run_until_idle
 
 FAULTS = ["40001", "57014", "55P03", "XX000", "terminate"]
 
@@ -88,25 +89,14 @@ def drain(kind: str, database: str, op: str, handler: Callable[[Claimed], Any],
                               batch=batch, reconnect_min=0.05, reconnect_max=0.4)
     kw.update(extra)
     if kind == "thread":
-        ws = [Worker(handler, name=f"{op}-{i}", **kw) for i in range(workers)]
-        threads = [threading.Thread(target=lambda w=w: w.run(until_idle=True,
-                                                              handle_signals=False))
-                   for w in ws]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        return [w.stats for w in ws]
+        return run_until_idle(kind, [Worker(handler, name=f"{op}-{i}", **kw)
+                                     for i in range(workers)])
 
-    async def main() -> List[Any]:
-        """The asyncio workers, the handler in a thread."""
-        async def ahandler(job: Claimed) -> Any:
-            """The handler, off the event loop."""
-            return await asyncio.to_thread(handler, job)
-        aws = [AsyncWorker(ahandler, name=f"{op}-{i}", **kw) for i in range(workers)]
-        await asyncio.gather(*(w.run(until_idle=True, handle_signals=False) for w in aws))
-        return [w.stats for w in aws]
-    return asyncio.run(main())
+    async def ahandler(job: Claimed) -> Any:
+        """The handler, off the event loop."""
+        return await asyncio.to_thread(handler, job)
+    return run_until_idle(kind, [AsyncWorker(ahandler, name=f"{op}-{i}", **kw)
+                                 for i in range(workers)])
 
 
 def counting() -> tuple[Callable[[Claimed], Any], collections.Counter[int]]:
