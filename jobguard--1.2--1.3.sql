@@ -31,9 +31,9 @@
 /*
  * set_key_policy's retention is at most 100 years, as every duration an
  * operator sets (22023 at the call).  Redefined from its own definition,
- * as 1.2 added require_administrator(): the two lines of the check are
- * rewritten in place, so that the body stays written once and its line
- * numbers stay those of 1.1.
+ * as 1.2 added require_administrator(): the check goes on the line of the
+ * check that it is greater than zero, so that the body stays written once
+ * and its line numbers stay those of 1.1.
  */
 DO LANGUAGE plpgsql $$
 DECLARE
@@ -42,11 +42,12 @@ DECLARE
 	patched text;
 BEGIN
 	def := pg_catalog.pg_get_functiondef(f);
-	patched := pg_catalog.replace(pg_catalog.replace(def,
+	patched := pg_catalog.replace(def,
 		$q$IF retention <= '0'::interval THEN$q$,
-		$q$IF retention <= '0'::interval OR retention > '100 years'::interval THEN$q$),
-		$q$'argument "retention" must be greater than zero or null'$q$,
-		$q$'argument "retention" must be greater than zero and at most 100 years, or null'$q$);
+		$q$IF retention > '100 years'::interval THEN $q$ OPERATOR(pg_catalog.||)
+		$q$RAISE EXCEPTION 'argument "retention" must be at most 100 years' $q$ OPERATOR(pg_catalog.||)
+		$q$USING ERRCODE = 'invalid_parameter_value', DETAIL = format('It is %s.', retention); $q$ OPERATOR(pg_catalog.||)
+		$q$END IF; IF retention <= '0'::interval THEN$q$);
 	IF patched OPERATOR(pg_catalog.=) def THEN
 		RAISE EXCEPTION 'jobguard update: no retention check in the body of %', f;
 	END IF;
@@ -80,7 +81,8 @@ SELECT j.id AS job_id,
 	   OFFSET 0) j
   LEFT JOIN jobguard.provider_policy p ON p.provider = a.provider
   CROSS JOIN LATERAL (
-	   SELECT LEAST(p.dedupes_for, interval '100 years') AS dedupes_for) d
+	   SELECT CASE WHEN p.dedupes_for > interval '100 years' THEN interval '100 years'
+				   ELSE p.dedupes_for END AS dedupes_for) d
   LEFT JOIN LATERAL (
 	   SELECT min(f.started_at) + d.dedupes_for
 			  - greatest(d.dedupes_for * 0.01::float8, interval '1 minute') AS window_end
@@ -434,7 +436,10 @@ BEGIN
 			pg_catalog.array_to_string(taken, ', ')
 			USING DETAIL = 'Only jobguard.grant_client(), grant_reader() and grant_operator() give rights on jobguard.';
 	END IF;
+	-- (a grant of a role dropped since holds a bare OID: nothing to give)
 	FOR g IN SELECT gr.role, gr.kind FROM jobguard.grants gr
+			  WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+							 WHERE r.oid OPERATOR(pg_catalog.=) gr.role::pg_catalog.oid)
 	LOOP
 		EXECUTE pg_catalog.format('GRANT SELECT ON jobguard.failover_routes TO %s', g.role);
 		IF g.kind OPERATOR(pg_catalog.=) ANY ('{client,operator}'::pg_catalog.text[]) THEN

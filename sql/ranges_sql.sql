@@ -35,6 +35,11 @@ SELECT job_id = :job AS this_job, provider, redrivable,
 	   redrivable_until BETWEEN pg_catalog.now() + interval '98 years'
 							AND pg_catalog.now() + interval '100 years' AS window_read_as_100_years
   FROM jobguard.blocked_jobs;
-SELECT metric, value FROM jobguard.stats() WHERE metric = 'blocked.jobs';
+-- and one against a provider that promises no deduplication stays not
+-- redrivable, with no window
+SELECT job_id AS job_n FROM jobguard.submit('rgs', 'k2', 'rgs', '{}', 'rgs_none') \gset
+SELECT jobguard.mark_unknown(jobguard.begin_attempt(:job_n, timeout => '1 millisecond'));
+SELECT provider, redrivable, redrivable_until FROM jobguard.blocked_jobs WHERE job_id = :job_n;
+SELECT count(*) FILTER (WHERE NOT redrivable) AS not_redrivable, count(*) AS unknown FROM jobguard.blocked_jobs;
 SELECT count(*) AS violations FROM jobguard.check_invariants();
 DELETE FROM jobguard.provider_policy;
