@@ -33,8 +33,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, raising _Usage instead of exiting."""
 
     def error(self, message: str) -> Any:  # type: ignore[override]
-        """A mistake in the arguments."""
-        raise _Usage(message)
+        """A mistake in the arguments, with the usage of the (sub)command."""
+        raise _Usage(f"{message}\n{self.format_usage()}")
 
 
 def _parser() -> _Parser:
@@ -107,10 +107,10 @@ def main(argv: Optional[List[str]] = None, out: TextIO = sys.stdout,
     try:
         args = parser.parse_args(argv)
         if args.command != "certify":
-            raise _Usage("a command is required: certify")
+            raise _Usage(f"a command is required: certify\n{parser.format_usage()}")
         return _certify_command(args, out, err)
     except _Usage as e:
-        print(f"jobguard: {e}\n{parser.format_usage()}", end="", file=err)
+        print(f"jobguard: {str(e).rstrip()}", file=err)
         return 2
     except (CertifyError, psycopg.Error) as e:
         print(f"jobguard certify: {str(e).strip()}", file=err)
