@@ -64,12 +64,14 @@ async function main() {
     for (let i = 0; i < 3; i++) await get(`${base}${p}`, cookie);
     const ms = [];
     let status;
+    let timedOut = 0;
     for (let i = 0; i < ROUNDS; i++) {
       const r = await get(`${base}${p}`, cookie);
       status = r.status;
       ms.push(r.ms);
-      if (/Timed out/.test(r.body)) throw new Error(`${p}: a panel timed out`);
+      if (/class="panel-timeout"/.test(r.body)) timedOut++;
     }
+    if (timedOut) status = `${status}, a panel timed out in ${timedOut} of ${ROUNDS}`;
     ms.sort((a, b) => a - b);
     const q = (f) => ms[Math.min(ms.length - 1, Math.ceil(f * ms.length) - 1)];
     rows.push(`| ${label} | \`${p.length > 40 ? `${p.slice(0, 40)}…` : p}\` | ${status} | ${q(0.5).toFixed(1)} | ${q(0.95).toFixed(1)} | ${ms[ms.length - 1].toFixed(1)} |`);
