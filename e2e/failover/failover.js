@@ -338,7 +338,8 @@ async function main() {
     + w.inProgress + w.handlerErrors + w.unrecorded, 0);
   const liveRequests = providers.A.counts.live + providers.B.counts.live + providers.C.counts.live;
   check('each handler run was one request, no attempt ran twice',
-    liveRequests === ran && new Set([...providers.A.liveAttempts, ...providers.B.liveAttempts]).size === liveRequests,
+    liveRequests === ran && new Set([...providers.A.liveAttempts, ...providers.B.liveAttempts,
+      ...providers.C.liveAttempts]).size === liveRequests,
     `${liveRequests} requests, ${ran} handler runs`);
   check('no worker claimed a row it has no handler for', [seedStats, ...stats].every((w) => w.unhandled === 0));
 
