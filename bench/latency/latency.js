@@ -299,14 +299,15 @@ const nodeWorkers = (batch) => async (url, starts, ctx) => {
   };
 };
 
-// pythonWorkers: the Python client's Worker, one process each (py_worker.py)
-async function pythonWorkers(url, starts, ctx) {
+// pythonWorkers(batch): the Python client's Worker, one process each
+// (py_worker.py), its defaults but the batch
+const pythonWorkers = (batch) => async (url, starts, ctx) => {
   const u = new globalThis.URL(url);
   const env = { ...process.env, PGHOST: u.hostname, PGPORT: u.port, PGUSER: u.username,
     PGDATABASE: u.pathname.slice(1) };
   const procs = [];
   for (let w = 0; w < WORKERS; w++) {
-    const p = spawn(PYTHON, [path.join(__dirname, 'py_worker.py'), `lat-py-${w}`],
+    const p = spawn(PYTHON, [path.join(__dirname, 'py_worker.py'), `lat-py-${w}`, String(batch)],
       { stdio: ['ignore', 'pipe', 'inherit'], env });
     p.out = '';
     p.stdout.on('data', (b) => { p.out += b; });
@@ -331,7 +332,7 @@ async function pythonWorkers(url, starts, ctx) {
       if (bad) throw new VerifyError(`Python worker ${w}: ${JSON.stringify(stats)}`);
     }
   };
-}
+};
 
 // ------------------------------------------------------------ the floor
 
@@ -441,15 +442,17 @@ const CONTENDERS = [
     settings: '`new Worker(handler, { pool })` (its defaults: batch 1, waitSeconds 2, its claim waits), a pool of 2 each' },
   { name: 'jg-node-10', label: "jobguard, the Node client's `Worker`, batch 10", preload: true, workers: nodeWorkers(10), ...JG_RESET,
     settings: '`new Worker(handler, { pool, batch: 10 })`: a claim takes up to 10 (what is there), finished with `finish_many`' },
-  { name: 'jg-python', label: "jobguard, the Python client's `Worker`", preload: true, workers: pythonWorkers, ...JG_RESET,
-    settings: '`Worker(handler)` (batch 1, wait 2 s), one process each; psycopg 3' },
+  { name: 'jg-python', label: "jobguard, the Python client's `Worker`", preload: true, workers: pythonWorkers(1), ...JG_RESET,
+    settings: '`Worker(handler)` (its defaults: batch 1, wait 2 s), one process each; psycopg 3' },
+  { name: 'jg-python-10', label: "jobguard, the Python client's `Worker`, batch 10", preload: true, workers: pythonWorkers(10), ...JG_RESET,
+    settings: '`Worker(handler, batch=10)`, one process each' },
   { name: 'jg-sql', label: "jobguard, the README's SQL loop", preload: true, workers: sqlLoop(10), ...JG_RESET,
     settings: "`claim(worker, max_jobs => 10, timeout => '30 seconds', wait => '5 seconds')`, then `finish_attempt` per job, each its own transaction" },
   { name: 'jg-sql-1', label: "jobguard, the README's SQL loop, one job a claim", preload: true, workers: sqlLoop(1), ...JG_RESET,
     settings: 'as above with `max_jobs => 1`: two commits per job in every worker' },
   { name: 'jg-node-plain', label: "jobguard not preloaded, the Node client's `Worker`", preload: false, workers: nodeWorkers(1), ...JG_RESET,
     settings: 'as above; without preload claim(wait) polls (1 ms doubling to 50 ms)' },
-  { name: 'jg-python-plain', label: "jobguard not preloaded, the Python client's `Worker`", preload: false, workers: pythonWorkers, ...JG_RESET,
+  { name: 'jg-python-plain', label: "jobguard not preloaded, the Python client's `Worker`", preload: false, workers: pythonWorkers(1), ...JG_RESET,
     settings: 'as above' },
   { name: 'jg-sql-plain', label: "jobguard not preloaded, the README's SQL loop", preload: false, workers: sqlLoop(10), ...JG_RESET,
     settings: 'as above' },
@@ -477,7 +480,7 @@ const CONTENDERS = [
     settings: '`run({ concurrency: 4, taskList })` (LISTEN/NOTIFY wakes it), jobs by `graphile_worker.add_job`' },
 ];
 const labelOf = (c) => (typeof c.label === 'function' ? c.label() : c.label);
-const JG_PRELOADED = ['jg-node', 'jg-node-10', 'jg-python', 'jg-sql', 'jg-sql-1'];
+const JG_PRELOADED = ['jg-node', 'jg-node-10', 'jg-python', 'jg-python-10', 'jg-sql', 'jg-sql-1'];
 const PEERS = ['pgboss-poll', 'pgboss-notify', 'graphile'];
 
 // runProducer: the producer process for one run; resolves to its report
@@ -572,7 +575,7 @@ function svg(res, chosen, title) {
   // jobguard's in blue, green and teal (dashed: not preloaded), the floor
   // black, the peers warm
   const style = {
-    'jg-node': ['#1f77b4', ''], 'jg-python': ['#2ca02c', ''], 'jg-sql': ['#17becf', ''], 'jg-sql-1': ['#8c564b', ''], 'jg-node-10': ['#7f7f7f', ''],
+    'jg-node': ['#1f77b4', ''], 'jg-python': ['#2ca02c', ''], 'jg-sql': ['#17becf', ''], 'jg-sql-1': ['#8c564b', ''], 'jg-node-10': ['#7f7f7f', ''], 'jg-python-10': ['#bcbd22', ''],
     'jg-node-plain': ['#1f77b4', '5,3'], 'jg-python-plain': ['#2ca02c', '5,3'], 'jg-sql-plain': ['#17becf', '5,3'],
     floor: ['#000000', ''], 'pgboss-poll': ['#d62728', ''], 'pgboss-notify': ['#ff7f0e', ''], graphile: ['#9467bd', ''],
   };
