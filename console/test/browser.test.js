@@ -186,7 +186,12 @@ test('blocked: the jobs at the gate, why each cannot be redriven', async () => {
 });
 
 test('one click: /intent finds the job; its timeline shows the winner and the lost result owed back', async () => {
-  await page.goto(`${rw.url}/intent?owner=erin&key=checkout-5&scope=shop`);
+  await page.goto(`${rw.url}/intent`);
+  await axe(page, 'intent');
+  await page.fill('input[name="owner"]', 'erin');
+  await page.fill('input[name="key"]', 'checkout-5');
+  await page.fill('input[name="scope"]', 'shop');
+  await Promise.all([page.waitForNavigation(), page.click('form[aria-label="Find a click"] button')]);
   assert.equal(new URL(page.url()).pathname, `/jobs/${ids.lostJob}`);
   const attempts = await page.locator('#attempts').innerText();
   assert.match(attempts, /won/);

@@ -233,6 +233,17 @@ test('payloads: hidden from a reader without the right, shown with it', async ()
   assert.doesNotMatch(other.body, /erin|secret-card-token/);
 });
 
+test('the ledger as CSV: the reader without payloads gets the rows, not the results', async () => {
+  const hidden = await request('GET', `${rw.url}/refunds?status=all&format=csv`, { cookie: cookies.rita });
+  assert.equal(hidden.status, 200);
+  assert.match(hidden.headers['content-type'], /^text\/csv/);
+  const rows = hidden.body.trim().split('\r\n');
+  assert.equal(rows.length, 2);
+  assert.match(rows[1], new RegExp(`^${ids.lostAttempt},${ids.lostJob},shop,erin,pay,stripe,[0-9a-f]+,,`));
+  const shown = await request('GET', `${rw.url}/refunds?status=all&format=csv`, { cookie: cookies.pete });
+  assert.match(shown.body, /"{""charge_id"":""ch_twice""}"/);
+});
+
 test('one click by owner and key: the job of that scope, or of the person\'s own', async () => {
   const r = await request('GET', `${rw.url}/intent?owner=erin&key=checkout-5&scope=shop`, { cookie: cookies.olga });
   assert.equal(r.status, 303);

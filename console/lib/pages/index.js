@@ -66,7 +66,8 @@ async function signin(ctx, form, sessions) {
     id = await sessions.signIn(user, password);
   } catch (err) {
     const d = db.describe(err, ctx.config);
-    if (d.kind === 'auth') return signinPage(ctx, d.text, 401);
+    // a refused password answers no sooner than half a second
+    if (d.kind === 'auth') return new Promise((r) => setTimeout(() => r(signinPage(ctx, d.text, 401)), 500));
     return signinPage(ctx, `Sign-in failed: ${err.message}`, 502);
   }
   if (ctx.session) sessions.drop(ctx.session.id);
