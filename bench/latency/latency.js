@@ -40,7 +40,9 @@ const path = require('node:path');
 const fs = require('node:fs');
 const { Client, Pool } = require('pg');
 
+// now: wall-clock milliseconds since the epoch, sub-millisecond resolution
 const now = () => performance.timeOrigin + performance.now();
+// sleep: resolve after ms milliseconds
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // ------------------------------------------------------------ the producer
@@ -148,6 +150,7 @@ const ONLY = args.only ? args.only.split(',') : null;
 const URL = process.env.JG_URL;
 const PLAIN_URL = process.env.JG_PLAIN_URL;
 const PYTHON = process.env.PYTHON || '/usr/bin/python3';
+// PKG: the installed version of an npm package
 const PKG = (name) => require(`${name}/package.json`).version;
 if (!URL || !PLAIN_URL) {
   console.error('latency.js: JG_URL and JG_PLAIN_URL must name the preloaded and the unpreloaded database');
@@ -158,6 +161,7 @@ if (!URL || !PLAIN_URL) {
 // finish; its figures are not published and the run fails.
 class VerifyError extends Error {}
 
+// connect: a new client connection to url
 async function connect(url) {
   const c = new Client({ connectionString: url });
   await c.connect();
@@ -230,6 +234,7 @@ async function expectCounts(db, who, sql, expected) {
 
 const JOBGUARD_LEFT = 'SELECT count(*) AS n FROM jobguard.jobs WHERE completed_by IS NULL';
 
+// resetJobguard: empty jobguard's jobs and attempts before a run
 async function resetJobguard(db) { await db.query('TRUNCATE jobguard.attempts, jobguard.jobs'); }
 
 // verifyJobguard: every job completed by its one and only attempt, which succeeded
@@ -336,6 +341,7 @@ const pythonWorkers = (batch) => async (url, starts, ctx) => {
 
 // ------------------------------------------------------------ the floor
 
+// setupFloor: the floor's one table and its index of pending jobs
 async function setupFloor(db) {
   await db.query(`CREATE SCHEMA IF NOT EXISTS bench_latency;
     CREATE TABLE IF NOT EXISTS bench_latency.jobs (id bigserial PRIMARY KEY, params jsonb NOT NULL,
@@ -419,6 +425,7 @@ const BOSS_LEFT = (q) => `SELECT count(*) AS n FROM pgboss.job WHERE name = '${q
 
 // ------------------------------------------------------------ graphile-worker
 
+// graphileWorkers: graphile-worker's runner with concurrency = the workers
 async function graphileWorkers(url, starts, ctx) {
   const graphile = require('graphile-worker');
   let failed = 0;
@@ -479,6 +486,7 @@ const CONTENDERS = [
     verify: (db, who) => expectCounts(db, who, 'SELECT count(*) AS left FROM graphile_worker._private_jobs', { left: 0 }),
     settings: '`run({ concurrency: 4, taskList })` (LISTEN/NOTIFY wakes it), jobs by `graphile_worker.add_job`' },
 ];
+// labelOf: a contender's label (some name their package's version)
 const labelOf = (c) => (typeof c.label === 'function' ? c.label() : c.label);
 const JG_PRELOADED = ['jg-node', 'jg-node-10', 'jg-python', 'jg-python-10', 'jg-sql', 'jg-sql-1'];
 const PEERS = ['pgboss-poll', 'pgboss-notify', 'graphile'];
@@ -562,7 +570,9 @@ async function runOnce(dbs, c, rate, round) {
 
 // summary: p50, p95, p99, max of sorted latencies
 const summary = (s) => ({ p50: pct(s, 50), p95: pct(s, 95), p99: pct(s, 99), max: s[s.length - 1] });
+// median of xs
 const median = (xs) => { const s = [...xs].sort((a, b) => a - b); return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2; };
+// ms: a latency in ms as the tables show it (— when there is none)
 const ms = (x) => (x === null || Number.isNaN(x) ? '—' : x < 10 ? x.toFixed(2) : x < 100 ? x.toFixed(1) : Math.round(x).toString());
 
 // svg: a histogram per rate (log-spaced bins of latency, the share of each
@@ -623,6 +633,8 @@ function svg(res, chosen, title) {
   return out.join('\n') + '\n';
 }
 
+// main: check both clusters, install the peers' schemas, run every round
+// and write the report
 (async () => {
   const dbs = { pre: await connect(URL), plain: await connect(PLAIN_URL) };
   await checkSession(dbs.pre, true);
