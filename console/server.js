@@ -30,6 +30,7 @@ function main() {
     const { port } = server.address();
     console.log(`jobguard-console: listening on http://${config.listen}:${port}${config.basePath}/ (${config.allowActions ? 'actions allowed' : 'read-only'})`);
   });
+  // stop: close the listener and every session's connections, then exit
   const stop = () => {
     server.close();
     app.close().then(() => process.exit(0));

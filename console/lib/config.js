@@ -57,6 +57,7 @@ function parse(argv, env) {
   const args = [...argv];
   while (args.length) {
     const a = args.shift();
+    // val: the value that follows an option
     const val = () => {
       if (!args.length) throw new Error(`${a} needs a value`);
       return args.shift();

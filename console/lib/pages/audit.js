@@ -12,6 +12,7 @@ async function page(ctx, tx) {
   const body = await panel(ctx, tx, { title: 'Operator actions', id: 'audit' }, async () => {
     const values = [];
     const where = [];
+    // add: one condition, its ? the next parameter
     const add = (sql, v) => { values.push(v); where.push(sql.replace('?', `$${values.length}`)); };
     for (const k of ['action', 'role', 'target']) if (f[k]) add(`${k} = ?`, f[k]);
     if (after) add('id < ?::bigint', after[0]);

@@ -56,7 +56,7 @@ ${fields.map((f) => html`<label>${f.label} <input name="${f.name}" ${f.type ? ht
 <button type="submit"${off ? ' disabled' : ''}>${button}</button>${why ? html` <span class="why">${why}</span>` : ''}</form>`;
 }
 
-// jobLink, attemptRef: links to one click's page.
+// jobLink: the link to one job's page.
 function jobLink(ctx, id) {
   return html`<a href="${link(ctx, `/jobs/${id}`)}">job ${id}</a>`;
 }

@@ -20,6 +20,7 @@ function filtersOf(source) {
 async function failedJobs(tx, filters, after, limit) {
   const values = [];
   const where = ['completed_by IS NULL', 'cancelled_at IS NULL', "state = 'failed'"];
+  // add: one condition, its ? the next parameter
   const add = (sql, v) => { values.push(v); where.push(sql.replace('?', `$${values.length}`)); };
   for (const k of ['operation', 'provider', 'scope']) if (filters[k]) add(`${k}::text = ?`, filters[k]);
   if (filters.job_id) add('job_id = ?::bigint', filters.job_id);

@@ -22,6 +22,7 @@ function filtersOf(ctx) {
 async function ledger(tx, f, before, limit) {
   const values = [];
   const where = [];
+  // add: one condition, its ? the next parameter
   const add = (sql, v) => { values.push(v); where.push(sql.replace('?', `$${values.length}`)); };
   if (f.status === 'owed') where.push('refunded_at IS NULL');
   if (f.status === 'refunded') where.push('refunded_at IS NOT NULL');

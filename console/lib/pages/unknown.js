@@ -16,6 +16,7 @@ async function rowsOf(ctx, tx, window) {
   const after = cursor(ctx, 2);
   const values = [];
   const where = [];
+  // add: one condition, its ? the next parameter
   const add = (sql, v) => { values.push(v); where.push(sql.replace('?', `$${values.length}`)); };
   for (const f of ['provider', 'operation', 'scope']) if (text(ctx, f)) add(`b.${f}::text = ?`, text(ctx, f));
   if (window === 'open') where.push('b.redrivable');
