@@ -152,7 +152,11 @@ the headers; the sub-path) and \`test/browser.test.js\` (Debian's
 \`chromium\`, headless, driven by \`playwright-core\`: each page opened
 and checked, \`axe-core\` finding no serious or critical violation, each
 action clicked and its effect checked in the database, a form on another
-site refused, the time zone choice remembered). The page timings at 5
+site refused, the time zone choice remembered); then \`pooler/pooler.test.js\`
+behind Debian's \`pgbouncer\` in transaction mode with one server
+connection per role (sign-in through it, two sessions of one role on one
+connection, an action and its reason, a timed-out panel, and no setting of
+a request left on the shared connection). The page timings at 5
 million jobs are in [bench/results/console.md](../bench/results/console.md)
 (\`bench/console/run\`).
 `);

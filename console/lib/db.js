@@ -124,7 +124,8 @@ function describe(err, config) {
   if (code && /^(JG|55P03|40001|40P01)/.test(code)) {
     return { status: 409, code, kind: 'conflict', text: `The database refused: ${said}` };
   }
-  if (code === '28P01' || code === '28000') {
+  // (a pooler such as pgbouncer refuses a password with 08P01)
+  if (code === '28P01' || code === '28000' || (code === '08P01' && /authentication failed/i.test(err.message))) {
     return { status: 401, code, kind: 'auth', text: 'Sign-in failed: PostgreSQL refused that role and password.' };
   }
   return { status: 500, code: code || null, kind: 'error', text: `Error: ${err.message}` };

@@ -9,14 +9,17 @@ const pg = require('pg');
 const { createApp } = require('../lib/app');
 const { DEFAULTS } = require('../lib/config');
 
-// the consoles connect over TCP (PostgreSQL checks passwords there);
-// the superuser connects through the socket the environment names
+// the consoles connect over TCP (PostgreSQL checks passwords there), to
+// CONSOLE_TEST_PGPORT when set (a pooler in front of the cluster); the
+// superuser connects through the socket the environment names
 const ADMIN_HOST = process.env.PGHOST;
+const ADMIN_PORT = process.env.PGPORT;
 process.env.PGHOST = process.env.CONSOLE_TEST_TCP_HOST || '127.0.0.1';
+if (process.env.CONSOLE_TEST_PGPORT) process.env.PGPORT = process.env.CONSOLE_TEST_PGPORT;
 
-// admin: a superuser client.
+// admin: a superuser client, straight to the cluster.
 async function admin() {
-  const c = new pg.Client({ host: ADMIN_HOST });
+  const c = new pg.Client({ host: ADMIN_HOST, port: ADMIN_PORT });
   await c.connect();
   return c;
 }
