@@ -24,6 +24,16 @@
  *      (lost_results, mark_refunded).
  */
 
+/*
+ * The grants of roles dropped since (a bare OID each: see the top of
+ * jobguard--1.1--1.2.sql) are forgotten first, as the 1.2 update forgot
+ * them: the parts below give 1.3's rights to every granted role, and
+ * check_invariants() names any such grant left.
+ */
+DELETE FROM jobguard.grants g
+ WHERE NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
+				   WHERE r.oid OPERATOR(pg_catalog.=) g.role::pg_catalog.oid);
+
 ---------------------------------------------------------------------------
 -- Part 0. Ranges of numbers
 ---------------------------------------------------------------------------

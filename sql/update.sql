@@ -192,6 +192,12 @@ SELECT jobguard.define_operation('charge', '{"type": "object"}');
 SELECT jobguard.certify_provider('charge', 'adyen', '{"suite": "green"}');
 SELECT jobguard.certify_provider('refund', 'adyen');
 SELECT jobguard.set_provider_policy('stripe', dedupes_for => '1 day');
+-- a granted role dropped since (DROP OWNED, DROP ROLE) leaves its grant's
+-- bare OID: the update forgets that grant and goes on (no violation below)
+CREATE ROLE regress_upd_gone;
+SELECT jobguard.grant_client('regress_upd_gone');
+DROP OWNED BY regress_upd_gone;
+DROP ROLE regress_upd_gone;
 SET ROLE regress_upd_client;
 SELECT job_id AS job_1_2 FROM jobguard.submit('fay', 'before-update', 'charge', '{}', 'stripe') \gset
 SELECT jobguard.fail_attempt(jobguard.begin_attempt(:job_1_2), 'declined');
