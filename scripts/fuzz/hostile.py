@@ -310,6 +310,10 @@ class Fuzzer:
             if cur.description:
                 cur.fetchall()
             return None
+        except RecursionError as e:
+            # a jsonb nested deeper than Python's json can load: the
+            # harness's own limit, not the server's answer
+            return ("client-decode", str(e), "")
         except psycopg.Error as e:
             if isinstance(e, psycopg.DataError) and e.sqlstate is None and not conn.broken:
                 return ("client-decode", str(e), "")
