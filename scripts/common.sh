@@ -27,12 +27,13 @@ as_root() {
 # t/020_pg_cron.pl.  python3-build and python3-venv build and install the
 # Python client's wheel (clients/python/package-check); pgbouncer runs the
 # pooler pass and sqlsmith the fuzz run (scripts/run-pooler-tests,
-# scripts/run-fuzz); chromium the console's browser test (console/run-tests).
+# scripts/run-fuzz); chromium and a font for its pages (fonts-dejavu-core)
+# the console's browser test and screenshots (console/run-tests).
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
 		"postgresql-$PG_MAJOR-plproxy" "postgresql-$PG_MAJOR-cron" libipc-run-perl python3-psycopg python3-pytest \
-		python3-build python3-venv pgbouncer sqlsmith chromium \
+		python3-build python3-venv pgbouncer sqlsmith chromium fonts-dejavu-core \
 		pg-auto-failover-cli "postgresql-$PG_MAJOR-auto-failover" libdbd-pg-perl "$@"; do
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
 			missing+=("$p")
