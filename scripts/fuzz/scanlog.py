@@ -9,7 +9,8 @@ finding: a server process that died (a signal, PANIC, an assertion, the
 postmaster reinitializing), an error of class XX or 58 (the fuzz database
 logs with log_error_verbosity = verbose, so its lines carry the SQLSTATE),
 (but not 58P01 and 58P02 from PostgreSQL's file functions, which sqlsmith
-calls with random names), or a planted operator that ran as another role
+calls with random names, nor the XX000 of an initdb-only function the
+superuser's own statement called), or a planted operator that ran as another role
 (its WARNING), each with
 the STATEMENT the server logged after it.  Writes the SQLSTATEs of the
 ERROR lines it saw, counted, to COUNTS_FILE (one "CODE N" a line).
@@ -26,6 +27,10 @@ PLANTED = "jobguard-fuzz: planted operator"
 # PostgreSQL's own file functions, which sqlsmith as a superuser calls with
 # random names: their "could not open file" (58P01, 58P02) is no finding
 FILE_FUNCTIONS = re.compile(r"\b(pg_read_file|pg_read_binary_file|lo_import|lo_export|pg_stat_file|pg_ls_\w+)\(")
+# PostgreSQL's own functions for initdb, which refuse a superuser's call
+# afterwards with an internal error by design ("cannot advance OID counter
+# anymore"): their XX000 in the superuser's own statement is no finding
+INITDB_FUNCTIONS = re.compile(r"\bpg_stop_making_pinned_objects\(")
 
 
 def main():
@@ -56,7 +61,9 @@ def main():
         what = None
         if CRASH.search(line):
             what = "server process died: " + line.strip()
-        elif m and m.group(2)[:2] in ("XX", "58") and not (m.group(2) in ("58P01", "58P02") and FILE_FUNCTIONS.search(stmt)):
+        elif m and m.group(2)[:2] in ("XX", "58") and not (
+                (m.group(2) in ("58P01", "58P02") and FILE_FUNCTIONS.search(stmt))
+                or ("superuser" in label and m.group(2) == "XX000" and INITDB_FUNCTIONS.search(stmt))):
             what = "%s %s: %s" % (m.group(1), m.group(2), m.group(3))
         elif PLANTED in line and not ("superuser" in label and "fuzz_planted." in stmt):
             # (the superuser's own statement that names the planted schema
