@@ -17,6 +17,7 @@ ERROR lines it saw, counted, to COUNTS_FILE (one "CODE N" a line).
 """
 
 import collections
+import os
 import re
 import sys
 
@@ -32,6 +33,41 @@ FILE_FUNCTIONS = re.compile(r"\b(pg_read_file|pg_read_binary_file|lo_import|lo_e
 # anymore"): their XX000 in the superuser's own statement is no finding
 INITDB_FUNCTIONS = re.compile(r"\bpg_stop_making_pinned_objects\(")
 
+# jobguard's own C sources: an internal error raised in any other file, by
+# a statement that calls no jobguard function, is PostgreSQL's own answer
+# to the random SQL (sqlsmith reaches elog()s of the core with odd casts and
+# typmods: "invalid INTERVAL typmod", timestamp.c), not jobguard's finding
+OWN_SOURCES = frozenset(f for f in os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                            "..", "..", "src")) if f.endswith(".c"))
+LOCATION = re.compile(r"LOCATION:  .*?, ([\w.-]+\.c):\d+")
+CALLS_JOBGUARD = re.compile(r"\bjobguard\s*\.\s*\"?\w+\"?\s*\(")
+
+
+def core_internal_error(lines, i, stmt):
+    """Whether the XX000 of line i was raised in PostgreSQL's own code (its
+    LOCATION, logged next, names no jobguard source file) by a statement
+    that calls no jobguard function.  Without a LOCATION it is not."""
+    for j in range(i + 1, min(i + 3, len(lines))):
+        loc = LOCATION.search(lines[j])
+        if loc:
+            return loc.group(1) not in OWN_SOURCES and not CALLS_JOBGUARD.search(stmt)
+    return False
+
+
+def statement_after(lines, i):
+    """The statement logged within 8 lines after line i ("" if none); a
+    statement of several lines goes on in lines led by a tab.  Walks only
+    the lines it reads: the log of a fuzz chunk can hold millions."""
+    for j in range(i + 1, min(i + 8, len(lines))):
+        if "STATEMENT:  " in lines[j]:
+            parts = [lines[j].split("STATEMENT:  ", 1)[1]]
+            k = j + 1
+            while k < len(lines) and lines[k].startswith("\t"):
+                parts.append(lines[k][1:])
+                k += 1
+            return "\n".join(parts)
+    return ""
+
 
 def main():
     """Scan the part of the log, print the line and the findings."""
@@ -44,26 +80,18 @@ def main():
     codes = collections.Counter()
     seen = set()
     for i, line in enumerate(lines):
-        stmt = ""
-        for j in range(i + 1, min(i + 8, len(lines))):
-            if "STATEMENT:  " in lines[j]:
-                # a statement of several lines goes on in lines led by a tab
-                parts = [lines[j].split("STATEMENT:  ", 1)[1]]
-                for cont in lines[j + 1:]:
-                    if not cont.startswith("\t"):
-                        break
-                    parts.append(cont[1:])
-                stmt = "\n".join(parts)
-                break
         m = CODED.search(line)
         if m and m.group(1) == "ERROR":
             codes[m.group(2)] += 1
         what = None
-        if CRASH.search(line):
+        crash = CRASH.search(line)
+        stmt = statement_after(lines, i) if (m or crash or PLANTED in line) else ""
+        if crash:
             what = "server process died: " + line.strip()
         elif m and m.group(2)[:2] in ("XX", "58") and not (
                 (m.group(2) in ("58P01", "58P02") and FILE_FUNCTIONS.search(stmt))
-                or ("superuser" in label and m.group(2) == "XX000" and INITDB_FUNCTIONS.search(stmt))):
+                or ("superuser" in label and m.group(2) == "XX000" and INITDB_FUNCTIONS.search(stmt))
+                or (m.group(2) == "XX000" and core_internal_error(lines, i, stmt))):
             what = "%s %s: %s" % (m.group(1), m.group(2), m.group(3))
         elif PLANTED in line and not ("superuser" in label and "fuzz_planted." in stmt):
             # (the superuser's own statement that names the planted schema
