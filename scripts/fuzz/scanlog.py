@@ -39,6 +39,7 @@ INITDB_FUNCTIONS = re.compile(r"\bpg_stop_making_pinned_objects\(")
 # typmods: "invalid INTERVAL typmod", timestamp.c), not jobguard's finding
 OWN_SOURCES = frozenset(f for f in os.listdir(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                             "..", "..", "src")) if f.endswith(".c"))
+PID = re.compile(r"\[(\d+)\]")
 LOCATION = re.compile(r"LOCATION:  .*?, ([\w.-]+\.c):\d+")
 CALLS_JOBGUARD = re.compile(r"\bjobguard\s*\.\s*\"?\w+\"?\s*\(")
 
@@ -46,10 +47,12 @@ CALLS_JOBGUARD = re.compile(r"\bjobguard\s*\.\s*\"?\w+\"?\s*\(")
 def core_internal_error(lines, i, stmt):
     """Whether the XX000 of line i was raised in PostgreSQL's own code (its
     LOCATION, logged next, names no jobguard source file) by a statement
-    that calls no jobguard function.  Without a LOCATION it is not."""
+    that calls no jobguard function.  Without a LOCATION of the same
+    backend (its [pid]; other sessions' lines may come between) it is not."""
+    pid = PID.search(lines[i])
     for j in range(i + 1, min(i + 3, len(lines))):
         loc = LOCATION.search(lines[j])
-        if loc:
+        if loc and pid and PID.search(lines[j]) and PID.search(lines[j]).group(1) == pid.group(1):
             return loc.group(1) not in OWN_SOURCES and not CALLS_JOBGUARD.search(stmt)
     return False
 
