@@ -7,7 +7,10 @@
  *
  * Used where one call does many independent things (finish_many's
  * elements) or must turn one error into an answer (submit's unique
- * violation from a key index that ON CONFLICT does not arbitrate).  The
+ * violation from a key index that ON CONFLICT does not arbitrate).
+ * subxact_keep_if(): a piece whose locks must not outlive it unless it
+ * did something (a claim's look before it sleeps: the rows it locked and
+ * could not use are let go).  The
  * subtransaction always ends before the error goes on: raised again with
  * it still open, the error would leave the client's transaction inside an
  * aborted subtransaction it never began.
@@ -61,4 +64,47 @@ subxact_run(SubxactBody body, void *arg, SubxactKeep keep)
 	}
 	PG_END_TRY();
 	return kept;
+}
+
+/*
+ * subxact_keep_if: run body(arg) in an internal subtransaction and keep
+ * what it did only when it returns true.  When it returns false, the
+ * subtransaction is rolled back: its writes are undone and the row locks
+ * and lock-manager locks it took are let go at once (they would otherwise
+ * be held to the end of the caller's transaction).  An error it raises
+ * rolls it back too and goes on.
+ */
+bool
+subxact_keep_if(SubxactTry body, void *arg)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	ResourceOwner owner = CurrentResourceOwner;
+	volatile bool keep = false;
+
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(cxt);
+	PG_TRY();
+	{
+		keep = body(arg);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(cxt);
+		CurrentResourceOwner = owner;
+		ReThrowError(edata);
+	}
+	PG_END_TRY();
+	if (keep)
+		ReleaseCurrentSubTransaction();
+	else
+		RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return keep;
 }

@@ -34,6 +34,7 @@
 #include "limits.h"
 #include "metrics.h"
 #include "store.h"
+#include "subxact.h"
 
 /* The most jobs one claim() may take. */
 #define MAX_CLAIM_JOBS 1000
@@ -104,19 +105,27 @@ interval_ms(const Interval *span)
  * (shared), commits that make work runnable — a submit, a failed or
  * cancelled attempt — wake the sleep at once through shared memory
  * (notify_worker.c); a backoff running out signals nothing, so the sleep also
- * ends every CLAIM_BACKOFF_LOOK_MS to look again.  Without preload it
+ * ends every CLAIM_BACKOFF_LOOK_MS to look again.  The look before it was
+ * rolled back (jobguard_claim), and a subtransaction's abort ends the
+ * sleep's registration: it is made again here, and when a commit made work
+ * runnable since `mark` (claim_floor_lowerings() before the look), there
+ * is no sleep, the claim looks again at once.  Without preload it
  * polls: short sleeps on the process latch (1 ms, doubling up to 50 ms).
  * Either way a cancel or statement_timeout interrupts at once.
  */
 static bool
-wait_for_runnable(TimestampTz until, long *sleep_ms, bool shared)
+wait_for_runnable(TimestampTz until, long *sleep_ms, bool shared, uint64 mark)
 {
 	long		remaining_ms = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), until);
 
 	if (remaining_ms <= 0)
 		return false;
 	if (shared)
-		claim_wait_sleep(Min(CLAIM_BACKOFF_LOOK_MS, remaining_ms));
+	{
+		(void) claim_wait_prepare();
+		if (claim_floor_lowerings() == mark)
+			claim_wait_sleep(Min(CLAIM_BACKOFF_LOOK_MS, remaining_ms));
+	}
 	else
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
@@ -281,6 +290,34 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 	return claimed;
 }
 
+/* One look of a claim for runnable jobs: what it asks, what it found. */
+typedef struct ClaimLook
+{
+	const ClaimRequest *req;
+	int64	   *attempts;
+	bool	   *redrives;
+	ReturnSetInfo *rsinfo;
+	int			claimed;		/* how many it began */
+} ClaimLook;
+
+/*
+ * claim_look: one look (claim_once), the attempts it began put into the
+ * result; true when it began any.
+ */
+static bool
+claim_look(void *arg)
+{
+	ClaimLook  *look = (ClaimLook *) arg;
+	SavedIdentity caller;		/* restored by store_finish() */
+
+	store_connect(&caller);
+	look->claimed = claim_once(look->req, look->attempts, look->redrives);
+	if (look->claimed > 0)
+		store_put_claimed(look->attempts, look->redrives, look->claimed, look->rsinfo);
+	store_finish(&caller);
+	return look->claimed > 0;
+}
+
 /*
  * jobguard.claim(worker, operations, timeout, max_jobs, provider, wait,
  *				  providers)
@@ -300,8 +337,9 @@ Datum
 jobguard_claim(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
-	SavedIdentity caller;		/* restored by store_finish() */
 	ClaimRequest req = {0};
+	ClaimLook	look;
+	bool		may_sleep;
 	bool		shared;
 	Interval   *wait;
 	TimestampTz until;
@@ -353,18 +391,30 @@ jobguard_claim(PG_FUNCTION_ARGS)
 	attempts = palloc(sizeof(int64) * req.max_jobs);
 	redrives = palloc(sizeof(bool) * req.max_jobs);
 	until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), interval_ms(wait));
-	/* prepared before the first look: work committed meanwhile still wakes */
-	shared = interval_ms(wait) > 0 && claim_wait_prepare();
+	may_sleep = interval_ms(wait) > 0;
+	/* woken through shared memory (preloaded), or polling */
+	shared = may_sleep && claim_wait_prepare();
+	look = (ClaimLook) {
+		.req = &req, .attempts = attempts, .redrives = redrives, .rsinfo = rsinfo,
+	};
 	for (;;)
 	{
-		int			claimed;
+		/* the commits that made work runnable so far: any later one wakes */
+		uint64		mark = shared ? claim_floor_lowerings() : 0;
 
-		store_connect(&caller);
-		claimed = claim_once(&req, attempts, redrives);
-		if (claimed > 0)
-			store_put_claimed(attempts, redrives, claimed, rsinfo);
-		store_finish(&caller);
-		if (claimed > 0 || !wait_for_runnable(until, &sleep_ms, shared))
+		/*
+		 * A claim that may sleep looks in a subtransaction, and one that
+		 * began nothing is rolled back before the sleep: the jobs it
+		 * locked and could not take (one a concurrent claim began first,
+		 * one whose provider is at its limit, a redrive gone) are let go.
+		 * Held, they would make a finish, fail or cancel of those jobs
+		 * wait for the whole sleep.
+		 */
+		if (may_sleep)
+			(void) subxact_keep_if(claim_look, &look);
+		else
+			(void) claim_look(&look);
+		if (look.claimed > 0 || !wait_for_runnable(until, &sleep_ms, shared, mark))
 			break;
 		req.waited = true;
 	}

@@ -6,7 +6,13 @@
 #    timestamp and pass at once) is refused with 22023, by claim and await;
 #  - submit_many on the SQL path holds no memory per replayed row: 10,000
 #    replays raise the backend's peak memory by less than 64 MB (it took
-#    about 22 kB a row before).
+#    about 22 kB a row before);
+#  - a claim asleep in its wait holds no job it could not take: with the
+#    provider at its max_in_flight, a claim(wait) passes the job over, and
+#    a cancel_job of that job does not wait for the sleeping claim (it
+#    waited for the whole sleep before: lock_timeout ran out), on both
+#    back ends; asleep, not looking again and again (a look's rollback
+#    ends the sleep's registration), and it takes a job submitted after it.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -88,6 +94,50 @@ SELECT ($peak)::bigint - :before;
 my $growth = (split /\n/, $kb)[-1];
 cmp_ok($growth, '<', 64 * 1024,
 	"10,000 replays on the SQL path raise the backend's peak memory by less than 64 MB (by $growth kB)");
+
+# ------------------------------- a sleeping claim holds no job it passed over
+
+$node->safe_psql('postgres', q{SELECT jobguard.set_provider_policy('one-at-a-time', max_in_flight => 1)});
+for my $fast_path ('on', 'off')
+{
+	my $path = $fast_path eq 'on' ? 'fast path' : 'SQL path';
+	my ($busy, $next) = split /\n/, $node->safe_psql('postgres', qq{
+		SELECT (jobguard.submit('held', 'busy-$fast_path', 'held-op', '{}', 'one-at-a-time')).job_id;
+		SELECT (jobguard.submit('held', 'next-$fast_path', 'held-op', '{}', 'one-at-a-time')).job_id;
+	});
+	my $busy_attempt = $node->safe_psql('postgres', qq{SELECT jobguard.begin_attempt($busy)});
+	cmp_ok($busy_attempt, '>', 0, "$path: the provider's one slot is taken");
+	my $sleeper = $node->background_psql('postgres');
+	$sleeper->query_safe("SET jobguard.fast_path = $fast_path");
+	$sleeper->query_safe("SET application_name = 'sleeping-claim'");
+	$sleeper->query_until(qr/sent/,
+		"\\echo sent\nSELECT count(*) FROM jobguard.claim('sleeper', operations => '{held-op}', wait => '20 seconds');\n");
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 1 FROM pg_catalog.pg_stat_activity "
+		  . "WHERE application_name = 'sleeping-claim' AND wait_event = 'Extension'")
+	  or die 'the claim did not go to sleep';
+	my ($ret, $out, $err) = $node->psql('postgres', qq{
+		SET jobguard.fast_path = $fast_path;
+		SET lock_timeout = '2s';
+		SELECT jobguard.cancel_job($next, 'not wanted');
+	});
+	is($err, '', "$path: cancel_job of a job a sleeping claim passed over does not wait for it");
+	is($out, 'cancelled', "$path: the job is cancelled while the claim sleeps");
+	is($node->safe_psql('postgres', q{SELECT count(*) FROM pg_catalog.pg_stat_activity
+		WHERE application_name = 'sleeping-claim' AND wait_event = 'Extension'}), '1',
+		"$path: the claim was still asleep");
+	my $free = $node->safe_psql('postgres',
+		qq{SELECT (jobguard.submit('held', 'free-$fast_path', 'held-op', '{}', 'unlimited')).job_id});
+	$node->poll_query_until('postgres',
+		"SELECT count(*) = 0 FROM pg_catalog.pg_stat_activity "
+		  . "WHERE application_name = 'sleeping-claim' AND state = 'active'")
+	  or die 'the claim did not end';
+	is($node->safe_psql('postgres', qq{SELECT jobguard.job_state($free)}), 'running',
+		"$path: the sleeping claim took a job submitted while it slept");
+	$sleeper->quit;
+	$node->safe_psql('postgres', qq{SELECT jobguard.finish_attempt($busy_attempt, '{}');
+		SELECT jobguard.cancel_job($free, 'done')});
+}
 
 $node->stop;
 done_testing();
