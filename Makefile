@@ -42,9 +42,9 @@ REGRESS_ON_PREVIOUS = $(filter-out install update security finish_many liveness 
 REGRESS_ON_1_2 = $(filter-out install update security ranges_sql audit failover,$(JOBGUARD_REGRESS))
 REGRESS_OPTS = --load-extension=jobguard
 
-JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race redrive_race claim_unknown_race flow_in_flight_race flow_reschedule_race flow_retry_race failover_route_race failover_define_race failover_set_race refund_race
+JOBGUARD_ISOLATION = double_click double_begin timeout_gate reverse_finish concurrent_finish cancel_job_race contract_redefine notify fast_path_ddl scope_race key_policy_race claim_race claim_begin claim_cancel heartbeat_deadline submit_many_race finish_many_race redrive_race claim_unknown_race flow_in_flight_race flow_reschedule_race flow_retry_race failover_route_race failover_define_race failover_set_race refund_race redrive_policy_cache
 ISOLATION      = $(JOBGUARD_ISOLATION)
-ISOLATION_ON_PREVIOUS = $(filter-out finish_many_race redrive_race claim_unknown_race fast_path_ddl flow_in_flight_race flow_reschedule_race flow_retry_race failover_route_race failover_define_race failover_set_race refund_race,$(JOBGUARD_ISOLATION))
+ISOLATION_ON_PREVIOUS = $(filter-out finish_many_race redrive_race redrive_policy_cache claim_unknown_race fast_path_ddl flow_in_flight_race flow_reschedule_race flow_retry_race failover_route_race failover_define_race failover_set_race refund_race,$(JOBGUARD_ISOLATION))
 ISOLATION_ON_1_2 = $(filter-out failover_route_race failover_define_race failover_set_race refund_race,$(JOBGUARD_ISOLATION))
 ISOLATION_OPTS = --load-extension=jobguard
 

@@ -149,8 +149,10 @@ COMMENT ON VIEW jobguard.certification_overview IS 'which providers are certifie
 /*
  * Pausing a provider: no new start against it (claim passes over it,
  * begin_attempt and redrive_attempt are JG010); its open attempts run on.
- * The limits' cache (src/limits.c) holds the paused providers too, so the
- * trigger that tells every backend of a change now watches paused as well.
+ * The limits' cache (src/limits.c) holds the paused providers too, and
+ * whether any provider deduplicates (claim looks for redrives only then),
+ * so the trigger that tells every backend of a change now watches paused
+ * and dedupes_for as well.
  */
 ALTER TABLE jobguard.provider_policy ADD COLUMN paused boolean NOT NULL DEFAULT false;
 
@@ -158,7 +160,7 @@ COMMENT ON COLUMN jobguard.provider_policy.paused IS 'no new attempt starts agai
 
 DROP TRIGGER provider_policy_changed ON jobguard.provider_policy;
 CREATE TRIGGER provider_policy_changed
-	AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF provider, max_in_flight, max_per_second, paused
+	AFTER INSERT OR DELETE OR TRUNCATE OR UPDATE OF provider, max_in_flight, max_per_second, paused, dedupes_for
 	ON jobguard.provider_policy
 	FOR EACH STATEMENT EXECUTE FUNCTION jobguard.table_changed();
 

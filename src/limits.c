@@ -35,7 +35,10 @@
  * is passed over.  Providers without a limit cost one look-up in a
  * per-backend cache of the providers that have one and their limits (no
  * SQL): the trigger provider_policy_changed sends a relcache invalidation
- * whenever a limit changes, and the cache is read again.
+ * whenever a limit changes, and the cache is read again.  The same cache
+ * knows whether any provider deduplicates (dedupes_for, which 1.3's
+ * trigger watches too): without one no attempt can be redriven, and claim
+ * does not look for redrives (limits_may_redrive).
  *
  *-------------------------------------------------------------------------
  */
@@ -63,6 +66,7 @@
 #include "errcodes.h"
 #include "limits.h"
 #include "pg_compat.h"
+#include "schema_level.h"
 #include "store.h"
 
 /* The per-backend cache of the providers that have a limit. */
@@ -71,6 +75,7 @@ static bool cache_valid = false;
 static int	limited_count = 0;
 static char **limited = NULL;
 static ProviderLimits *limited_limits = NULL;	/* their limits, no tokens */
+static bool any_dedupes = true; /* a provider deduplicates, or not known */
 static MemoryContext limits_cxt = NULL;
 static bool callback_registered = false;
 
@@ -131,6 +136,8 @@ load_limited(Oid relid)
 	}
 	limited_count = count;
 	MemoryContextSwitchTo(old);
+	/* a 1.2 database's trigger does not watch dedupes_for: always look there */
+	any_dedupes = !schema_is_1_3() || store_any_dedupes();
 	if (IsolationUsesXactSnapshot())
 		cache_valid = false;
 }
@@ -179,6 +186,24 @@ any_limits(void)
 	if (!cache_valid || relid != cached_relid)
 		load_limited(relid);
 	return limited_count > 0;
+}
+
+/*
+ * limits_may_redrive: whether any provider deduplicates (inside the store
+ * connection), from the cache: claim looks for redrives only then.  In a
+ * 1.1 database there are none; in a 1.2 database always (its trigger does
+ * not tell a change of dedupes_for).
+ */
+bool
+limits_may_redrive(void)
+{
+	Oid			relid = policy_relid();
+
+	if (!OidIsValid(relid))
+		return false;
+	if (!cache_valid || relid != cached_relid)
+		load_limited(relid);
+	return any_dedupes;
 }
 
 /* The start lock this backend holds, if any (limits_start_done). */

@@ -73,6 +73,7 @@ extern int64 store_claim_floor(TimestampTz *time_floor, struct ClaimLevels *leve
 extern void store_reschedule(int64 job_id, Datum run_at, bool run_at_null, int16 priority,
 							 bool priority_null);
 extern char **store_limited_providers(int *count, ProviderLimits **limits);
+extern bool store_any_dedupes(void);
 extern bool store_lock_policy(const char *provider, bool skip_locked, ProviderLimits *limits);
 extern void store_record_start(const char *provider, double tokens, TimestampTz at);
 extern void store_count_throttled(const char *provider);

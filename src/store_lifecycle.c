@@ -855,6 +855,14 @@ store_limited_providers(int *count, ProviderLimits **limits)
 	return names;
 }
 
+/* store_any_dedupes: whether any provider deduplicates (STMT_ANY_DEDUPES, 1.3). */
+bool
+store_any_dedupes(void)
+{
+	sql_run(STMT_ANY_DEDUPES, NULL, NULL);
+	return sql_column_bool(1);
+}
+
 /*
  * store_lock_policy: lock provider's policy row (skip_locked: unless
  * another transaction holds it) and read its limits; false when there is

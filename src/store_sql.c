@@ -1369,6 +1369,19 @@ static const StatementDef statements[STMT_COUNT] = {
 		SPI_OK_SELECT, false
 	},
 	/*
+	 * Whether any provider deduplicates (dedupes_for): only then can an
+	 * attempt be redriven, and claim looks for redrives (limits.c keeps
+	 * the answer with the limits; 1.3's trigger provider_policy_changed
+	 * watches dedupes_for).  1.3 only: a 1.2 database always looks.
+	 */
+	[STMT_ANY_DEDUPES] = {
+		"any dedupes",
+		"SELECT EXISTS (SELECT FROM jobguard.provider_policy p"
+		" WHERE p.dedupes_for IS NOT NULL)",
+		0, {0},
+		SPI_OK_SELECT, false
+	},
+	/*
 	 * A provider's limits and token bucket, its row locked until the end of
 	 * the transaction: every start against it is decided under this lock,
 	 * one at a time (limits.c).  The clock is read after the lock.

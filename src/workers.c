@@ -212,9 +212,11 @@ claim_once(const ClaimRequest *req, int64 *attempts, bool *redrives)
 	 * Redrives first (doc/reference.md, "Redrive"): stalled attempts whose
 	 * provider still deduplicates their key, each redriven as it is taken.
 	 * One that stopped being redrivable meanwhile, or that another
-	 * transaction holds, is passed over.  A 1.1 database has none.
+	 * transaction holds, is passed over.  A 1.1 database has none, nor has
+	 * one where no provider deduplicates: the statement is not run then
+	 * (it was a third of the CPU of a claim that found nothing).
 	 */
-	if (schema_is_1_2())
+	if (schema_is_1_2() && limits_may_redrive())
 	{
 		int			found = store_redrive_candidates(req->scope, req->operations,
 													 req->operations_null, req->provider,
