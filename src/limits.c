@@ -143,19 +143,31 @@ load_limited(Oid relid)
 }
 
 /*
- * cached_limits: the provider's limits from the cache (inside the store
- * connection), or NULL when it has none.  Reads the cache again after an
- * invalidation; in a 1.1 database there are no limits.
+ * cache_ready: make the cache current (inside the store connection),
+ * reading it again after an invalidation; false in a 1.1 database, which
+ * has no policies.
  */
-static const ProviderLimits *
-cached_limits(const char *provider)
+static bool
+cache_ready(void)
 {
 	Oid			relid = policy_relid();
 
 	if (!OidIsValid(relid))
-		return NULL;
+		return false;
 	if (!cache_valid || relid != cached_relid)
 		load_limited(relid);
+	return true;
+}
+
+/*
+ * cached_limits: the provider's limits from the cache (inside the store
+ * connection), or NULL when it has none.
+ */
+static const ProviderLimits *
+cached_limits(const char *provider)
+{
+	if (!cache_ready())
+		return NULL;
 	for (int i = 0; i < limited_count; i++)
 		if (strcmp(limited[i], provider) == 0)
 			return &limited_limits[i];
@@ -179,13 +191,7 @@ limits_apply_to(const char *provider)
 static bool
 any_limits(void)
 {
-	Oid			relid = policy_relid();
-
-	if (!OidIsValid(relid))
-		return false;
-	if (!cache_valid || relid != cached_relid)
-		load_limited(relid);
-	return limited_count > 0;
+	return cache_ready() && limited_count > 0;
 }
 
 /*
@@ -197,13 +203,7 @@ any_limits(void)
 bool
 limits_may_redrive(void)
 {
-	Oid			relid = policy_relid();
-
-	if (!OidIsValid(relid))
-		return false;
-	if (!cache_valid || relid != cached_relid)
-		load_limited(relid);
-	return any_dedupes;
+	return cache_ready() && any_dedupes;
 }
 
 /* The start lock this backend holds, if any (limits_start_done). */

@@ -26,6 +26,25 @@
 #include "subxact.h"
 
 /*
+ * rolled_back_error: inside PG_CATCH of a body run in an internal
+ * subtransaction begun in memory context cxt under resource owner owner:
+ * the error, copied into cxt, and the subtransaction rolled back.
+ */
+static ErrorData *
+rolled_back_error(MemoryContext cxt, ResourceOwner owner)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	RollbackAndReleaseCurrentSubTransaction();
+	MemoryContextSwitchTo(cxt);
+	CurrentResourceOwner = owner;
+	return edata;
+}
+
+/*
  * subxact_run: run body(arg) in an internal subtransaction.  NULL when it
  * returned (the subtransaction is then released into the caller's); when
  * it raised an error, the subtransaction is rolled back and the error is
@@ -50,14 +69,8 @@ subxact_run(SubxactBody body, void *arg, SubxactKeep keep)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		ErrorData  *edata = rolled_back_error(cxt, owner);
 
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
 		if (!keep(edata))
 			ReThrowError(edata);
 		kept = edata;
@@ -89,15 +102,7 @@ subxact_keep_if(SubxactTry body, void *arg)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		RollbackAndReleaseCurrentSubTransaction();
-		MemoryContextSwitchTo(cxt);
-		CurrentResourceOwner = owner;
-		ReThrowError(edata);
+		ReThrowError(rolled_back_error(cxt, owner));
 	}
 	PG_END_TRY();
 	if (keep)
