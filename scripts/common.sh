@@ -28,7 +28,9 @@ as_root() {
 # Python client's wheel (clients/python/package-check); pgbouncer runs the
 # pooler pass and sqlsmith the fuzz run (scripts/run-pooler-tests,
 # scripts/run-fuzz); chromium and a font for its pages (fonts-dejavu-core)
-# the console's browser test and screenshots (console/run-tests).
+# the console's browser test and screenshots (console/run-tests).  The
+# benchmark names its own extras: bench/run adds gnuplot-nox (its charts),
+# procps and DBD::Pg; make test does not need them.
 ensure_packages() {
 	local p missing=()
 	for p in make gcc "postgresql-$PG_MAJOR" "postgresql-server-dev-$PG_MAJOR" \
