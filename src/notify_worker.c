@@ -60,6 +60,14 @@
 #define NOTIFIER_BATCH 1024
 /* How long the notifier sleeps when nothing wakes it. */
 #define NOTIFIER_IDLE_MS 1000
+/*
+ * How long the notifier waits after sending a batch before it looks for
+ * the next: at a high rate of finishes the next batch gathers what
+ * committed meanwhile, so one sending transaction (its xid and commit
+ * record) serves many finishes, not one each.  A notification after a
+ * quiet moment is sent at once.
+ */
+#define NOTIFIER_PACE_MS 1
 /* Seconds before the postmaster restarts a notifier that exited. */
 
 /* One ended job waiting to be sent. */
@@ -493,8 +501,13 @@ jobguard_notifier_main(Datum main_arg)
 			ConfigReloadPending = false;
 			ProcessConfigFile(PGC_SIGHUP);
 		}
-		while (send_batch() > 0)
-			CHECK_FOR_INTERRUPTS();
+		if (send_batch() > 0)
+		{
+			/* the pace: commits meanwhile only set the latch, seen next */
+			(void) WaitLatch(MyLatch, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+							 NOTIFIER_PACE_MS, PG_WAIT_EXTENSION);
+			continue;
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 NOTIFIER_IDLE_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);

@@ -1,7 +1,8 @@
 # jobguard preloaded, operations at scale (issue 17):
 # - NOTIFY jobguard_jobs is sent by the notifier worker, after the commit,
 #   never for a rolled-back transaction or subtransaction, within a bounded
-#   delay (p50/p99 reported);
+#   delay (p50/p99 reported), a burst of finishes in at most one sending
+#   transaction a millisecond;
 # - await() wakes from shared memory as soon as the job ends;
 # - stats() answers from shared memory: the gauges match a recount, it
 #   reads no table rows with many jobs, its counters survive a clean
@@ -130,6 +131,53 @@ my ($p50, $p99) = map { $sorted[ int($_ / 100 * @sorted + 0.999999) - 1 ] // 0 }
 # or more would have a median delay of 10 ms or more.
 cmp_ok($p50, '<', 10, sprintf('notification delay p50 %.2f ms: sent at the commit, not at a poll', $p50));
 cmp_ok($p99, '<', 100, sprintf('notification delay p99 %.2f ms (bound 100 ms on a shared machine)', $p99));
+
+# A burst of finishes, each its own transaction, faster than one a
+# millisecond: the notifier sends them in batches, at most one sending
+# transaction a millisecond (NOTIFIER_PACE_MS), not one per finish, and
+# every notification still arrives once.  Every transaction of the
+# notifier takes an xid (NOTIFY needs one), so the xids the burst did not
+# use itself count the notifier's transactions.
+$worker->do(q{CREATE PROCEDURE burst(n int) LANGUAGE plpgsql AS $$
+DECLARE
+	j bigint;
+BEGIN
+	FOR i IN 1 .. n LOOP
+		SELECT job_id INTO j FROM jobguard.submit('n', 'burst-' || i, 'op', '{}', 'p');
+		PERFORM jobguard.finish_attempt(jobguard.begin_attempt(j), '{}');
+		COMMIT;
+	END LOOP;
+END $$});
+my $burst = 400;
+my ($xid0) = $worker->selectrow_array(
+	q{SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint});
+my $burst_started = time();
+$worker->do("CALL burst($burst)");
+my $burst_ms = (time() - $burst_started) * 1000;
+my %burst_jobs = map { $_ => 0 } @{ $worker->selectcol_arrayref(
+	q{SELECT id FROM jobguard.jobs WHERE idempotency_key LIKE 'burst-%'}) };
+my $end = time() + 5;
+while (time() < $end && grep { $_ == 0 } values %burst_jobs)
+{
+	while (my $n = $listener->pg_notifies)
+	{
+		my ($job) = $n->[2] =~ /^(\d+):succeeded$/ or next;
+		$burst_jobs{$job}++ if exists $burst_jobs{$job};
+	}
+	$select->can_read(0.002);
+}
+my $sent_ms = (time() - $burst_started) * 1000;
+is(scalar(grep { $_ == 1 } values %burst_jobs), $burst,
+	"each of the burst's $burst finishes notified exactly once");
+my ($xid1) = $worker->selectrow_array(
+	q{SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint});
+my $notifier_xacts = $xid1 - $xid0 - $burst;
+note(sprintf('burst of %d finishes in %.0f ms, all notified after %.0f ms, in %d notifier transactions',
+		$burst, $burst_ms, $sent_ms, $notifier_xacts));
+# a few xids of autovacuum's and the sweeper's are allowed for
+cmp_ok($notifier_xacts, '<=', int($sent_ms) + 10,
+	sprintf('the notifier sent them in at most one transaction a millisecond (%d in %.0f ms)',
+		$notifier_xacts, $sent_ms));
 
 # ------------------------------------------------------------------ await
 
