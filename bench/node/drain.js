@@ -36,9 +36,21 @@
 //
 //   node drain.js [--jobs 20000] [--rounds 10] [--batch-seconds 3]
 //                 [--hold-seconds 60] [--hold-rounds 3] [--stall-seconds 30]
-//                 [--only name,name,...] [--chart-data FILE]
+//                 [--workers 8] [--drains-only] [--only name,name,...]
+//                 [--chart-data FILE]
 //
-// Prints a markdown report (the #28 table, WAL per job, batch submit, the
+// --workers sets how many workers (connections, processes) each drain runs
+// with; --drains-only leaves out the batch submits, the held snapshot and
+// the targets (bench/run's 2-worker run, shown beside the 8-worker one).
+//
+// Where each drain's time goes: while it runs, a sampler reads the wait
+// events of the database's other backends every 20 ms (pg_stat_activity):
+// running on the CPU (active, no wait event), waiting for the WAL (its
+// write, flush or insertion locks), for a lock, or idle (the backend waits
+// for its client, which shares the same CPUs).  And pg_stat_wal's WAL
+// flushes (wal_sync) per 1,000 jobs: how many commits each flush served.
+//
+// Prints a markdown report (the drain table, WAL per job, batch submit, the
 // held snapshot, the targets judged).  Exit status: 0 when every run
 // verified and every target built passed, 3 when a target failed, 1 when a
 // run failed its verification or anything else went wrong.
@@ -60,7 +72,8 @@ const ONLY = args.only ? args.only.split(',') : null;
 const CHART_DATA = args['chart-data'];
 // Debian's interpreter, which sees Debian's python3-psycopg (as examples/run-tests)
 const PYTHON = process.env.PYTHON || '/usr/bin/python3';
-const WORKERS = 8;
+const WORKERS = Number(args.workers || 8);
+const DRAINS_ONLY = 'drains-only' in args;
 const BATCH = 10;
 const CONN = process.env.DATABASE_URL ||
   `postgres://${process.env.PGUSER || 'postgres'}@${process.env.PGHOST ? encodeURIComponent(process.env.PGHOST) : 'localhost'}:${process.env.PGPORT || 5432}/${process.env.PGDATABASE || 'postgres'}`;
@@ -121,8 +134,51 @@ async function lsn(db) {
   return { bytes: Number(rows[0].b), at: rows[0].l };
 }
 
+// Sampler: the wait events of the database's client backends (but the
+// benchmark's own two) every 20 ms on a connection of its own, from
+// start() until stop(), which returns the shares: cpu (active, no wait
+// event), wal (waiting to write, flush or insert WAL), lock (a heavyweight
+// lock: a row's transaction, a tuple), idle (waiting for its client),
+// other; samples: backend samples taken.
+class Sampler {
+  constructor(conn, monitorPid) { this.conn = conn; this.monitorPid = monitorPid; }
+  start() {
+    this.on = true;
+    this.sums = { cpu: 0, wal: 0, lock: 0, idle: 0, other: 0, samples: 0 };
+    this.loop = (async () => {
+      while (this.on) {
+        const { rows } = await this.conn.query({ name: 'sample', values: [this.monitorPid],
+          text: `SELECT CASE
+                WHEN wait_event IN ('WALWrite', 'WALSync', 'WALInsert', 'WALBufMapping',
+                                    'WALInitSync', 'WALInitWrite') THEN 'wal'
+                WHEN wait_event_type = 'Lock' THEN 'lock'
+                WHEN state LIKE 'idle%' OR wait_event_type = 'Client' THEN 'idle'
+                WHEN state = 'active' AND wait_event_type IS NULL THEN 'cpu'
+                ELSE 'other' END AS k, count(*)::int AS n
+            FROM pg_stat_activity WHERE datname = current_database()
+              AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND pid <> $1
+            GROUP BY 1` });
+        for (const { k, n } of rows) { this.sums[k] += n; this.sums.samples += n; }
+        await sleep(20);
+      }
+    })();
+  }
+  async stop() {
+    this.on = false;
+    await this.loop;
+    return this.sums;
+  }
+}
+let sampler = null;
+
+// walSyncs: pg_stat_wal's WAL flushes so far (wal_sync)
+async function walSyncs(db) {
+  const { rows } = await db.query('SELECT wal_sync::text AS n FROM pg_stat_wal');
+  return Number(rows[0].n);
+}
+
 // the contenders whose drain WAL is broken down by record type
-const WAL_BREAKDOWN = ['floor-job', 'jg-loop', 'jg-many'];
+const WAL_BREAKDOWN = ['floor-job', 'cfloor-job', 'jg-loop', 'jg-many'];
 
 // walByRecord: the WAL between two positions, per resource manager and
 // record type (pg_walinspect): { 'Btree/INSERT_LEAF': { count, bytes, fpi } }
@@ -199,33 +255,40 @@ async function submitJobguard(db, round) {
 
 const JOBGUARD_DONE = `SELECT count(*) AS n FROM jobguard.jobs WHERE completed_by IS NULL`;
 
-// verifyJobguard: every job completed by its one and only attempt, which succeeded
-async function verifyJobguard(db, who) {
-  await expectCounts(db, who, `SELECT (SELECT count(*) FROM jobguard.jobs) AS jobs,
-      (SELECT count(*) FROM jobguard.jobs j JOIN jobguard.attempts a ON a.id = j.completed_by
+// verifyAttempts: in jobguard's tables (or their copy in schema), every
+// job completed by its one and only attempt, which succeeded
+async function verifyAttempts(db, who, schema) {
+  await expectCounts(db, who, `SELECT (SELECT count(*) FROM ${schema}.jobs) AS jobs,
+      (SELECT count(*) FROM ${schema}.jobs j JOIN ${schema}.attempts a ON a.id = j.completed_by
         WHERE a.state = 'succeeded') AS succeeded,
-      (SELECT count(*) FROM jobguard.attempts) AS attempts`,
+      (SELECT count(*) FROM ${schema}.attempts) AS attempts`,
   { jobs: JOBS, succeeded: JOBS, attempts: JOBS });
 }
+const verifyJobguard = (db, who) => verifyAttempts(db, who, 'jobguard');
 
-// jobguardLoop: 8 connections, each claiming 10 and finishing them with
-// finish(client, claimed rows) until a claim finds nothing
-function jobguardLoop(finish) {
+// sqlLoop: WORKERS connections, each claiming up to 10 with the statement
+// claimSql ($1 the worker's name, $2 the batch; rows with params), handling
+// them and finishing them with finish(client, rows), until a claim finds
+// nothing; then until doneSql counts no job left
+function sqlLoop(claimSql, doneSql, finish) {
   return async (db, counts, ctx) => {
     const clients = await Promise.all(Array.from({ length: WORKERS }, connectWorker));
     ctx.teardown = async () => { await Promise.all(clients.map((c) => c.end())); };
     await Promise.all(clients.map(async (c, w) => {
       for (;;) {
-        const { rows } = await c.query({ name: 'claim', values: [`w${w}`, BATCH],
-          text: 'SELECT attempt_id, params FROM jobguard.claim($1, max_jobs => $2)' });
+        const { rows } = await c.query({ name: 'claim', text: claimSql, values: [`w${w}`, BATCH] });
         if (rows.length === 0) break;
         for (const r of rows) counts.hit(r.params.i);   // the no-op handler
         await finish(c, rows);
       }
     }));
-    await until(db, JOBGUARD_DONE);
+    await until(db, doneSql);
   };
 }
+
+// jobguardLoop: sqlLoop with jobguard's claim
+const jobguardLoop = (finish) => sqlLoop('SELECT attempt_id, params FROM jobguard.claim($1, max_jobs => $2)',
+  JOBGUARD_DONE, finish);
 
 // won: fail unless every outcome is 'won'
 function won(who, outcomes) {
@@ -260,28 +323,93 @@ const FLOOR_CLAIM = `UPDATE bench_drain.jobs SET state = 'running', worker = $1,
                 FOR UPDATE SKIP LOCKED)
    RETURNING id, params`;
 
-// floorLoop: 8 connections, each claiming 10 with SKIP LOCKED, then
-// finishing them with finish(client, rows)
-function floorLoop(finish) {
-  return async (db, counts, ctx) => {
-    const clients = await Promise.all(Array.from({ length: WORKERS }, connectWorker));
-    ctx.teardown = async () => { await Promise.all(clients.map((c) => c.end())); };
-    await Promise.all(clients.map(async (c, w) => {
-      for (;;) {
-        const { rows } = await c.query({ name: 'claim', text: FLOOR_CLAIM, values: [`w${w}`, BATCH] });
-        if (rows.length === 0) break;
-        for (const r of rows) counts.hit(r.params.i);
-        await finish(c, rows);
-      }
-    }));
-    await until(db, `SELECT count(*) AS n FROM bench_drain.jobs WHERE state <> 'done'`);
-  };
-}
+// floorLoop: sqlLoop on the plain queue table
+const floorLoop = (finish) => sqlLoop(FLOOR_CLAIM,
+  `SELECT count(*) AS n FROM bench_drain.jobs WHERE state <> 'done'`, finish);
 
 async function verifyFloor(db, who) {
   await expectCounts(db, who, `SELECT count(*) AS jobs, count(*) FILTER (WHERE state = 'done') AS done
       FROM bench_drain.jobs`, { jobs: JOBS, done: JOBS });
 }
+
+// ------------------------------------------------------------ the contract floor
+
+// The floor of jobguard's own contract: jobguard's two tables copied
+// (LIKE ... INCLUDING ALL: the same columns and domains, CHECKs, defaults
+// and indexes, the gate and the claim order among them; the attempts'
+// foreign key added), and jobguard's writes as plain SQL statements: a
+// claim that locks 10 runnable jobs SKIP LOCKED in claim order, then (a
+// statement of its own, with a fresh snapshot, as jobguard's begins) inserts
+// the attempts of those still without an open one, the gate deciding (ON
+// CONFLICT DO NOTHING); a finish that ends the attempt and compare-and-swaps
+// its job in one statement.  The claim's two statements are a PL/pgSQL
+// function, one call as jobguard's claim is: in one statement, a job locked
+// after a concurrent claim of it committed (the snapshot older than that
+// commit) had its attempt inserted, which waits for the finish of that
+// claim's attempts while that finish waits for the lock: a deadlock.
+// What jobguard adds beyond these (its checks, its calls' bookkeeping,
+// notifications) is what the ratio to this floor measures.
+async function setupContract(db) {
+  await db.query(`DROP SCHEMA IF EXISTS bench_contract CASCADE;
+    CREATE SCHEMA bench_contract;
+    CREATE TABLE bench_contract.jobs (LIKE jobguard.jobs INCLUDING ALL);
+    CREATE TABLE bench_contract.attempts (LIKE jobguard.attempts INCLUDING ALL);
+    ALTER TABLE bench_contract.attempts ADD FOREIGN KEY (job_id)
+      REFERENCES bench_contract.jobs (id) ON DELETE CASCADE;
+    CREATE FUNCTION bench_contract.claim(worker text, n integer)
+      RETURNS TABLE (attempt_id bigint, params jsonb) LANGUAGE plpgsql AS $f$
+    DECLARE
+      ids bigint[];
+    BEGIN
+      SELECT array_agg(c.id) INTO ids FROM (
+        SELECT j.id FROM bench_contract.jobs j
+         WHERE j.completed_by IS NULL AND j.cancelled_at IS NULL
+           AND NOT EXISTS (SELECT 1 FROM bench_contract.attempts o
+                            WHERE o.job_id = j.id AND o.state IN ('started', 'unknown'))
+         ORDER BY j.priority, COALESCE(j.not_before, j.created_at), j.id
+         LIMIT n FOR NO KEY UPDATE SKIP LOCKED) c;
+      RETURN QUERY
+        WITH a AS (
+          INSERT INTO bench_contract.attempts (job_id, attempt_no, provider, state, read_version,
+                 started_at, deadline, worker, timeout, provider_key, tries)
+          SELECT j.id, 1, j.provider, 'started', j.version, now(), now() + interval '30 s', claim.worker,
+                 interval '30 s', md5(j.id::text), 1
+            FROM bench_contract.jobs j
+           WHERE j.id = ANY (ids) AND j.completed_by IS NULL
+             AND NOT EXISTS (SELECT 1 FROM bench_contract.attempts o
+                              WHERE o.job_id = j.id AND o.state IN ('started', 'unknown'))
+          ON CONFLICT DO NOTHING RETURNING id, job_id)
+        SELECT a.id, j.params FROM a JOIN bench_contract.jobs j ON j.id = a.job_id;
+    END $f$`);
+}
+
+async function submitContract(db) {
+  await db.query('TRUNCATE bench_contract.attempts, bench_contract.jobs');
+  for (let b = 1; b <= JOBS; b += 1000) {
+    const a = arrays(b, Math.min(b + 999, JOBS), 'c');
+    const r = await db.query(`INSERT INTO bench_contract.jobs (owner_id, idempotency_key, operation, params, provider)
+        SELECT o, k, 'noop', p, 'local' FROM unnest($1::text[], $2::text[], $3::jsonb[]) AS u(o, k, p)`,
+    [a.owners, a.keys, a.params]);
+    if (r.rowCount !== a.n) throw new VerifyError(`contract floor submit: ${r.rowCount} of ${a.n} inserted`);
+  }
+}
+
+const CONTRACT_CLAIM = 'SELECT attempt_id, params FROM bench_contract.claim($1, $2)';
+
+// contractFinish: the finish of the attempts ids, one statement: each
+// attempt succeeded, and its job's compare-and-swap
+const CONTRACT_FINISH = (where) => `WITH a AS (
+    UPDATE bench_contract.attempts SET state = 'succeeded', finished_at = now()
+     WHERE ${where} AND state = 'started' RETURNING id, job_id, read_version)
+  UPDATE bench_contract.jobs j SET result = '{}', completed_by = a.id, completed_at = now(),
+         version = j.version + 1
+    FROM a WHERE j.id = a.job_id AND j.version = a.read_version AND j.completed_by IS NULL`;
+
+// contractLoop: sqlLoop on the copy of jobguard's tables
+const contractLoop = (finish) => sqlLoop(CONTRACT_CLAIM,
+  'SELECT count(*) AS n FROM bench_contract.jobs WHERE completed_by IS NULL', finish);
+
+const verifyContract = (db, who) => verifyAttempts(db, who, 'bench_contract');
 
 // ------------------------------------------------------------ pg-boss
 
@@ -385,7 +513,7 @@ async function drainNodeWorker(db, counts, ctx) {
 
 // ------------------------------------------------------------ the Python client's Worker
 
-// drainPythonWorker: 8 processes (bench/node/py_worker.py), one Worker each;
+// drainPythonWorker: WORKERS processes (bench/node/py_worker.py), one Worker each;
 // each prints, once stopped by SIGTERM, the job numbers its handler ran
 async function drainPythonWorker(db, counts, ctx) {
   const { spawn } = require('node:child_process');
@@ -422,7 +550,7 @@ let FINISH_MANY = false;
 
 const DRAINS = [
   { name: 'floor-job', label: 'plain SQL, claim 10 `SKIP LOCKED`, one UPDATE per job (the per-job floor)',
-    settings: '8 connections; `UPDATE … WHERE id IN (SELECT … ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED) RETURNING`, then `UPDATE … SET state = \'done\'` per job, each its own transaction',
+    settings: `${WORKERS} connections; \`UPDATE … WHERE id IN (SELECT … ORDER BY id LIMIT 10 FOR UPDATE SKIP LOCKED) RETURNING\`, then \`UPDATE … SET state = 'done'\` per job, each its own transaction`,
     source: 'bench/node/drain.js',
     submit: submitFloor, verify: verifyFloor,
     drain: floorLoop(async (c, rows) => {
@@ -433,13 +561,32 @@ const DRAINS = [
       }
     }) },
   { name: 'floor-batch', label: 'plain SQL, claim 10 `SKIP LOCKED`, one UPDATE for the 10 (the batch floor)',
-    settings: '8 connections; the same claim, then one `UPDATE … WHERE id = ANY($1)` for the batch',
+    settings: `${WORKERS} connections; the same claim, then one \`UPDATE … WHERE id = ANY($1)\` for the batch`,
     source: 'bench/node/drain.js',
     submit: submitFloor, verify: verifyFloor,
     drain: floorLoop(async (c, rows) => {
       const u = await c.query({ name: 'done', values: [rows.map((r) => r.id)],
         text: `UPDATE bench_drain.jobs SET state = 'done', result = '{}', finished_at = now() WHERE id = ANY($1::bigint[]) AND state = 'running'` });
       if (u.rowCount !== rows.length) throw new VerifyError(`floor-batch: ${u.rowCount} of ${rows.length} finished`);
+    }) },
+  { name: 'cfloor-job', label: 'plain SQL on jobguard\'s tables, one finish per job (the contract floor of the SQL loop)',
+    settings: `${WORKERS} connections; jobguard's tables copied with \`LIKE … INCLUDING ALL\`; a claim (one PL/pgSQL call) that locks 10 runnable jobs in claim order \`FOR NO KEY UPDATE SKIP LOCKED\`, then inserts the attempts of those still without an open one (\`ON CONFLICT DO NOTHING\`), then per job one statement: the attempt succeeded and the job's compare-and-swap`,
+    source: 'bench/node/drain.js',
+    submit: submitContract, verify: verifyContract,
+    drain: contractLoop(async (c, rows) => {
+      for (const r of rows) {
+        const u = await c.query({ name: 'finish', values: [r.attempt_id], text: CONTRACT_FINISH('id = $1') });
+        if (u.rowCount !== 1) throw new VerifyError(`cfloor-job: attempt ${r.attempt_id} did not win`);
+      }
+    }) },
+  { name: 'cfloor-batch', label: 'plain SQL on jobguard\'s tables, one finish for the 10 (the contract floor of `finish_many`)',
+    settings: `${WORKERS} connections; the same claim, then one such statement for the batch (\`id = ANY($1)\`)`,
+    source: 'bench/node/drain.js',
+    submit: submitContract, verify: verifyContract,
+    drain: contractLoop(async (c, rows) => {
+      const u = await c.query({ name: 'finish', values: [rows.map((r) => r.attempt_id)],
+        text: CONTRACT_FINISH('id = ANY ($1::bigint[])') });
+      if (u.rowCount !== rows.length) throw new VerifyError(`cfloor-batch: ${u.rowCount} of ${rows.length} won`);
     }) },
   { name: 'pgboss', label: () => `pg-boss ${PKG('pg-boss')}, \`work()\``,
     settings: `\`work('noop', ${JSON.stringify(BOSS_WORK).replace(/"/g, '')}, handler)\`, jobs by \`insert()\`; Node ${process.versions.node}`,
@@ -450,7 +597,7 @@ const DRAINS = [
     source: 'graphile-worker 0.16 `run()` options (`concurrency`: jobs run at once, each on a pool connection; dist/interfaces.d.ts of the npm package, worker.graphile.org "Library: run"); the batching options of its "Performance" page (localQueue, completeJobBatchDelay) came after 0.16',
     submit: submitGraphile, drain: drainGraphile, verify: verifyGraphile },
   { name: 'jg-loop', label: 'jobguard, SQL loop: `claim(max_jobs => 10)`, one `finish_attempt` per job',
-    settings: '8 connections; `SELECT … FROM jobguard.claim($1, max_jobs => 10)`, then `SELECT jobguard.finish_attempt($1, \'{}\')` per job, each its own transaction',
+    settings: `${WORKERS} connections; \`SELECT … FROM jobguard.claim($1, max_jobs => 10)\`, then \`SELECT jobguard.finish_attempt($1, '{}')\` per job, each its own transaction`,
     source: 'doc/workers.md',
     submit: submitJobguard, verify: verifyJobguard,
     drain: jobguardLoop(async (c, rows) => {
@@ -461,7 +608,7 @@ const DRAINS = [
       }
     }) },
   { name: 'jg-many', label: 'jobguard, SQL loop: `claim(max_jobs => 10)`, one `finish_many` per claim',
-    settings: '8 connections; the same claim, then `SELECT … FROM jobguard.finish_many($1, $2)` for the batch',
+    settings: `${WORKERS} connections; the same claim, then \`SELECT … FROM jobguard.finish_many($1, $2)\` for the batch`,
     source: 'doc/workers.md',
     skip: () => (FINISH_MANY ? null : 'not built yet (jobguard.finish_many does not exist)'),
     submit: submitJobguard, verify: verifyJobguard,
@@ -472,7 +619,7 @@ const DRAINS = [
       won('jg-many', o.map((x) => x.outcome));
     }) },
   { name: 'jg-stmt', label: 'jobguard, SQL loop: the 10 finishes of a claim in one statement',
-    settings: '8 connections; the same claim, then `SELECT array_agg(jobguard.finish_attempt(a, \'{}\')) FROM unnest($1::bigint[]) a`',
+    settings: `${WORKERS} connections; the same claim, then \`SELECT array_agg(jobguard.finish_attempt(a, '{}')) FROM unnest($1::bigint[]) a\``,
     source: 'bench/node/drain.js',
     submit: submitJobguard, verify: verifyJobguard,
     drain: jobguardLoop(async (c, rows) => {
@@ -481,11 +628,11 @@ const DRAINS = [
       won('jg-stmt', o[0].o);
     }) },
   { name: 'jg-node', label: 'jobguard, the Node client\'s `Worker` (batch 10)',
-    settings: `8 \`new Worker(handler, { batch: ${BATCH}, waitSeconds: 1 })\`, each on a pool of 2 (its loop and its heartbeats)`,
+    settings: `${WORKERS} \`new Worker(handler, { batch: ${BATCH}, waitSeconds: 1 })\`, each on a pool of 2 (its loop and its heartbeats)`,
     source: 'clients/node/README.md',
     submit: submitJobguard, drain: drainNodeWorker, verify: verifyJobguard },
   { name: 'jg-python', label: 'jobguard, the Python client\'s `Worker` (batch 10)',
-    settings: `8 processes, each one \`Worker(handler, batch=${BATCH}, wait=1)\` (its loop and heartbeat connections); psycopg 3`,
+    settings: `${WORKERS} processes, each one \`Worker(handler, batch=${BATCH}, wait=1)\` (its loop and heartbeat connections); psycopg 3`,
     source: 'clients/python/README.md',
     submit: submitJobguard, drain: drainPythonWorker, verify: verifyJobguard },
 ];
@@ -518,25 +665,32 @@ async function drainOnce(db, d, round) {
   const ctx = { teardown: async () => {} };
   const jg = d.name.startsWith('jg-');
   const u0 = jg ? await jobsUpdates(db) : null;
+  const s0 = await walSyncs(db);
   const w0 = await lsn(db);
+  sampler.start();
   const t0 = process.hrtime.bigint();
-  let ms; let w1;
+  let ms; let w1; let waits;
   try {
     await d.drain(db, counts, ctx);
     ms = Number(process.hrtime.bigint() - t0) / 1e6;
     w1 = await lsn(db);
+    waits = await sampler.stop();
   } catch (e) {
     // stop its workers before the next contender runs
+    await sampler.stop().catch(() => {});
     await ctx.teardown().catch(() => {});
     if (e instanceof VerifyError) throw new VerifyError(`${d.name}: ${e.message}`);
     throw e;
   }
   await ctx.teardown();
+  // the drain's sessions report their WAL flushes as they exit
+  await sleep(100);
+  const syncs = (await walSyncs(db)) - s0;
   counts.check(d.name);
   await d.verify(db, d.name);
   const u1 = jg ? await jobsUpdates(db) : null;
   const records = WAL_BREAKDOWN.includes(d.name) ? await walByRecord(db, w0.at, w1.at) : null;
-  return { rate: JOBS / (ms / 1000), wal: (w1.bytes - w0.bytes) / JOBS, records,
+  return { rate: JOBS / (ms / 1000), wal: (w1.bytes - w0.bytes) / JOBS, records, waits, syncs,
     upd: jg ? u1.upd - u0.upd : 0, hot: jg ? u1.hot - u0.hot : 0 };
 }
 
@@ -638,7 +792,9 @@ async function holdRound(db, round) {
 (async () => {
   const db = await connect();
   await checkSession(db);
+  sampler = new Sampler(await connect(), db.processID);
   await setupFloor(db);
+  await setupContract(db);
   // WAL by record type (contrib; the benchmark connects as a superuser)
   await db.query('CREATE EXTENSION IF NOT EXISTS pg_walinspect');
   const { rows: fm } = await db.query(`SELECT to_regprocedure('jobguard.finish_many(bigint[], jsonb[])') IS NOT NULL AS x`);
@@ -656,7 +812,10 @@ async function holdRound(db, round) {
   const failures = [];
   const res = {};              // name -> { rates: [], wal: [], failed, skipped }
   const chosen = DRAINS.filter((d) => !ONLY || ONLY.includes(d.name));
-  for (const d of chosen) res[d.name] = { rates: [], wal: [], records: [], upd: 0, hot: 0, failed: null, skipped: d.skip ? d.skip() : null };
+  for (const d of chosen) {
+    res[d.name] = { rates: [], wal: [], records: [], syncs: [], waits: { cpu: 0, wal: 0, lock: 0, idle: 0, other: 0, samples: 0 },
+      upd: 0, hot: 0, failed: null, skipped: d.skip ? d.skip() : null };
+  }
   const live = chosen.filter((d) => !res[d.name].skipped);
   for (let r = 0; r < ROUNDS; r++) {
     const names = live.slice(r % live.length).concat(live.slice(0, r % live.length));
@@ -666,6 +825,8 @@ async function holdRound(db, round) {
         const x = await drainOnce(db, d, r);
         res[d.name].rates.push(x.rate);
         res[d.name].wal.push(x.wal);
+        res[d.name].syncs.push(1000 * x.syncs / JOBS);
+        for (const k of Object.keys(x.waits)) res[d.name].waits[k] += x.waits[k];
         if (x.records) res[d.name].records.push(x.records);
         res[d.name].upd += x.upd;
         res[d.name].hot += x.hot;
@@ -681,7 +842,7 @@ async function holdRound(db, round) {
   }
   // batch submits
   const bres = {};
-  const bnames = Object.keys(BATCHERS).filter((n) => !ONLY || ONLY.includes(n) || ONLY.includes('batch'));
+  const bnames = DRAINS_ONLY ? [] : Object.keys(BATCHERS).filter((n) => !ONLY || ONLY.includes(n) || ONLY.includes('batch'));
   for (const n of bnames) bres[n] = { rates: [], failed: null };
   for (let r = 0; r < ROUNDS; r++) {
     const names = bnames.slice(r % bnames.length).concat(bnames.slice(0, r % bnames.length));
@@ -701,7 +862,7 @@ async function holdRound(db, round) {
   // the held snapshot
   const holds = [];
   let holdFailed = null;
-  if (!ONLY || ONLY.includes('hold')) {
+  if (!DRAINS_ONLY && (!ONLY || ONLY.includes('hold'))) {
     for (let r = 0; r < HOLD_ROUNDS && !holdFailed; r++) {
       try {
         const h = await holdRound(db, r);
@@ -724,15 +885,21 @@ async function holdRound(db, round) {
   const out = [];
   out.push(`Fast path on and \`synchronous_commit = on\` in every measured session (checked); jobguard preloaded. ${JOBS} jobs per drain, ${WORKERS} workers, no-op handler, ${ROUNDS} rounds, contenders alternated (order rotated per round). Each time runs from before the contender opens its first connection (its start-up included, for every contender) until the database says the last job is done; every run verified: each job handled exactly once by the handlers' own count, and the database agreeing (all done, none left, none refused at submit). WAL: bytes inserted over the drain per job. Node ${process.versions.node}.`);
   out.push('');
-  out.push('| drain, jobs/s, sync on | median (rounds) | ÷ per-job floor | ÷ pg-boss | WAL B/job | jobs updates HOT | settings | source of the settings |');
-  out.push('|---|---|---:|---:|---:|---:|---|---|');
+  // each jobguard contender's contract floor: the per-job finish's, or the batch's
+  const floorOf = (n) => (n === 'jg-loop' ? 'cfloor-job' : n.startsWith('jg-') ? 'cfloor-batch' : null);
+  const pct = (w, k) => (w.samples ? `${Math.round(100 * w[k] / w.samples)}` : '—');
+  out.push(`Where the time goes: the drain's backends sampled every 20 ms (\`pg_stat_activity\`), the shares of the samples on the CPU, waiting for the WAL (write, flush, insertion), for a lock, idle (waiting for their client, which runs on the same ${require('os').cpus().length} CPUs), and anything else; and the WAL flushes (\`pg_stat_wal.wal_sync\`) per 1,000 jobs, medians of the rounds.`);
+  out.push('');
+  out.push('| drain, jobs/s, sync on | median (rounds) | ÷ its contract floor | ÷ per-job floor | ÷ pg-boss | WAL B/job | WAL flushes per 1,000 jobs | backends: CPU / WAL / lock / idle / other, % | jobs updates HOT | settings | source of the settings |');
+  out.push('|---|---|---:|---:|---:|---:|---:|---|---:|---|---|');
   for (const d of chosen) {
     const x = res[d.name];
     let fig;
-    if (x.skipped) fig = `${x.skipped} | — | — | — | —`;
-    else if (x.failed) fig = `verification failed, no figure | — | — | — | —`;
+    if (x.skipped) fig = `${x.skipped} | — | — | — | — | — | — | —`;
+    else if (x.failed) fig = `verification failed, no figure | — | — | — | — | — | — | —`;
     else {
-      fig = `${Math.round(median(x.rates))} (${x.rates.map(Math.round).join(', ')}) | ${f2(ratio(d.name, 'floor-job'))} | ${f2(ratio(d.name, 'pgboss'))} | ${Math.round(median(x.wal))} | ${hotOf(d.name)}`;
+      const w = x.waits;
+      fig = `${Math.round(median(x.rates))} (${x.rates.map(Math.round).join(', ')}) | ${floorOf(d.name) ? f2(ratio(d.name, floorOf(d.name))) : '—'} | ${f2(ratio(d.name, 'floor-job'))} | ${f2(ratio(d.name, 'pgboss'))} | ${Math.round(median(x.wal))} | ${Math.round(median(x.syncs))} | ${['cpu', 'wal', 'lock', 'idle', 'other'].map((k) => pct(w, k)).join(' / ')} | ${hotOf(d.name)}`;
     }
     out.push(`| ${labelOf(d)} | ${fig} | ${d.settings} | ${d.source} |`);
   }
@@ -759,50 +926,49 @@ async function holdRound(db, round) {
   }
   const bok = (n) => bres[n] && !bres[n].failed && bres[n].rates.length > 0;
   const bratio = (a, b) => (bok(a) && bok(b) ? median(bres[a].rates.map((x, i) => x / bres[b].rates[i])) : null);
-  out.push(`| batch submit of 1,000 client-sent rows, rows/s | median (rounds) | settings | source |`);
-  out.push('|---|---|---|---|');
-  for (const n of bnames) {
-    const b = BATCHERS[n];
-    const fig = bres[n].failed ? 'verification failed, no figure' : `${Math.round(median(bres[n].rates))} (${bres[n].rates.map(Math.round).join(', ')})`;
-    out.push(`| ${typeof b.label === 'function' ? b.label() : b.label} | ${fig} | ${b.settings} | ${b.source} |`);
+  if (bnames.length) {
+    out.push(`| batch submit of 1,000 client-sent rows, rows/s | median (rounds) | settings | source |`);
+    out.push('|---|---|---|---|');
+    for (const n of bnames) {
+      const b = BATCHERS[n];
+      const fig = bres[n].failed ? 'verification failed, no figure' : `${Math.round(median(bres[n].rates))} (${bres[n].rates.map(Math.round).join(', ')})`;
+      out.push(`| ${typeof b.label === 'function' ? b.label() : b.label} | ${fig} | ${b.settings} | ${b.source} |`);
+    }
+    out.push('');
   }
-  out.push('');
   let holdRatio = null;
   if (holds.length) {
     holdRatio = median(holds.map((h) => h.held / h.free));
     out.push(`Held snapshot: the jobguard SQL loop drain (one \`finish_attempt\` per job) while another session keeps a \`REPEATABLE READ\` transaction open, its snapshot taken (a SELECT, \`backend_xmin\` checked), for ${HOLD_SECONDS} s, the drain repeated within it, against as many drains without it; ${holds.length} rounds: ${holds.map((h) => `${Math.round(h.held)} vs ${Math.round(h.free)} jobs/s`).join('; ')}. Ratio (median): ${f2(holdRatio)}.`);
-  } else if (holdFailed) out.push(`Held snapshot: verification failed, no figure.`);
-  out.push('');
-  // the targets of issue 28 that this benchmark judges
+    out.push('');
+  } else if (holdFailed) { out.push(`Held snapshot: verification failed, no figure.`); out.push(''); }
+  // the targets of issue 40, section 2, that this benchmark judges (the
+  // 8-worker run; a --drains-only run shows its figures and judges none)
   let npass = 0; let nfail = 0; let nna = 0;
   const lines = [];
-  const judge = (what, v, need, cmp = '≥', why = null) => {
+  const judge = (what, v, need, cmp = '≥', digits = 2) => {
     let verdict;
-    if (v === null) { verdict = why || 'n/a'; if (verdict.startsWith('PASS')) npass++; else nna++; } else if (cmp === '≥' ? v >= need : v <= need) { verdict = 'PASS'; npass++; } else { verdict = 'FAIL'; nfail++; }
-    lines.push(`| ${what} | ${cmp} ${need.toFixed(2)} | ${f2(v)} | ${verdict} |`);
+    if (v === null) { verdict = 'n/a'; nna++; } else if (cmp === '≥' ? v >= need : v <= need) { verdict = 'PASS'; npass++; } else { verdict = 'FAIL'; nfail++; }
+    const fmt = (x) => (x === null ? '—' : x.toFixed(digits));
+    lines.push(`| ${what} | ${cmp} ${fmt(need)} | ${fmt(v)} | ${verdict} |`);
   };
-  const notBuilt = FINISH_MANY ? null : 'not built yet';
-  judge('SQL loop, one `finish_attempt` per job ÷ the per-job floor', ratio('jg-loop', 'floor-job'), 1.0);
-  judge('SQL loop, one `finish_attempt` per job ÷ pg-boss', ratio('jg-loop', 'pgboss'), 1.5);
-  judge('SQL loop with `finish_many` ÷ pg-boss', ratio('jg-many', 'pgboss'), 2.0, '≥', notBuilt);
-  judge('SQL loop with `finish_many` ÷ the batch floor', ratio('jg-many', 'floor-batch'), 0.6, '≥', notBuilt);
-  judge('the Node client\'s `Worker` ÷ pg-boss', ratio('jg-node', 'pgboss'), 2.0);
-  judge('the Node client\'s `Worker` ÷ the batch floor', ratio('jg-node', 'floor-batch'), 0.6);
-  judge('the Python client\'s `Worker` ÷ pg-boss', ratio('jg-python', 'pgboss'), 2.0);
-  judge('the Python client\'s `Worker` ÷ the batch floor', ratio('jg-python', 'floor-batch'), 0.6);
-  judge('WAL per job, SQL loop ÷ the per-job floor\'s', walRatio('jg-loop', 'floor-job'), 1.5, '≤');
-  // the finishing UPDATE of jobs HOT, or the design no longer updates jobs there
-  const hotPct = ok('jg-loop') && res['jg-loop'].upd > 0 ? 100 * res['jg-loop'].hot / res['jg-loop'].upd : null;
-  judge('SQL loop: the updates of `jobguard.jobs` that were HOT, %', hotPct, 90, '≥',
-    ok('jg-loop') && res['jg-loop'].upd === 0 ? 'PASS (jobs is not updated)' : null);
-  judge('`submit_many` ÷ graphile-worker `add_jobs`', bratio('jobguard', 'graphile'), 1.5);
-  judge('`submit_many` ÷ the four-column floor', bratio('jobguard', 'floor'), 0.8);
-  judge('drain with a held snapshot ÷ without', holdRatio, 0.8);
-  out.push('| target (synchronous_commit on, 8 workers) | required | ratio | result |');
-  out.push('|---|---:|---:|---|');
-  out.push(...lines);
-  out.push('');
-  out.push(`${npass} passed, ${nfail} failed, ${nna} not judged; ${verifyFailed} runs failed their verification.`);
+  if (!DRAINS_ONLY) {
+    judge('SQL loop, one `finish_attempt` per job ÷ its contract floor', ratio('jg-loop', 'cfloor-job'), 0.95);
+    judge('SQL loop with `finish_many` ÷ its contract floor', ratio('jg-many', 'cfloor-batch'), 0.95);
+    judge('SQL loop with `finish_many` ÷ pg-boss', ratio('jg-many', 'pgboss'), 1.0);
+    judge('the Node client\'s `Worker` ÷ the `finish_many` SQL loop', ratio('jg-node', 'jg-many'), 0.9);
+    judge('the Python client\'s `Worker` ÷ the `finish_many` SQL loop', ratio('jg-python', 'jg-many'), 0.9);
+    judge('WAL per job of the SQL loop (one `finish_attempt` per job), bytes', ok('jg-loop') ? median(res['jg-loop'].wal) : null, 1150, '≤', 0);
+    judge('`submit_many` ÷ graphile-worker `add_jobs`', bratio('jobguard', 'graphile'), 1.5);
+    judge('`submit_many` ÷ the four-column floor', bratio('jobguard', 'floor'), 0.8);
+    judge('drain with a held snapshot ÷ without', holdRatio, 0.8);
+    out.push(`| target (synchronous_commit on, ${WORKERS} workers) | required | figure | result |`);
+    out.push('|---|---:|---:|---|');
+    out.push(...lines);
+    out.push('');
+  }
+  if (DRAINS_ONLY) out.push(`No targets judged in this run (the targets are the ${8}-worker run's); ${verifyFailed} runs failed their verification.`);
+  else out.push(`${npass} passed, ${nfail} failed, ${nna} not judged; ${verifyFailed} runs failed their verification.`);
   if (failures.length) { out.push(''); for (const f of failures) out.push(`- verification failed: ${f}`); }
   console.log(out.join('\n'));
   console.log(`\nWORKER-TARGETS ${npass} ${nfail} ${verifyFailed}`);
