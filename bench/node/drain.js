@@ -971,8 +971,9 @@ async function holdRound(db, round) {
   const judge = (what, v, need, cmp = '≥', digits = 2) => {
     let verdict;
     if (v === null) { verdict = 'n/a'; nna++; } else if (cmp === '≥' ? v >= need : v <= need) { verdict = 'PASS'; npass++; } else { verdict = 'FAIL'; nfail++; }
-    const fmt = (x) => (x === null ? '—' : x.toFixed(digits));
-    lines.push(`| ${what} | ${cmp} ${fmt(need)} | ${fmt(v)} | ${verdict} |`);
+    // a figure that rounds to the requirement it missed (or met) gets a digit more
+    const shown = v !== null && v.toFixed(digits) === need.toFixed(digits) ? digits + 1 : digits;
+    lines.push(`| ${what} | ${cmp} ${need.toFixed(digits)} | ${v === null ? '—' : v.toFixed(shown)} | ${verdict} |`);
   };
   if (!DRAINS_ONLY) {
     judge('SQL loop, one `finish_attempt` per job ÷ its contract floor', ratio('jg-loop', 'cfloor-job'), 0.95);
