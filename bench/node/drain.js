@@ -58,7 +58,7 @@
 const { Client } = require('pg');
 const graphile = require('graphile-worker');
 const { PgBoss } = require('pg-boss');
-const { Worker: JobguardWorker } = require('../../clients/node');
+const { Worker: JobguardWorker, setPrepareStatements } = require('../../clients/node');
 
 const args = Object.fromEntries(process.argv.slice(2).reduce((acc, a, i, all) =>
   (a.startsWith('--') ? [...acc, [a.slice(2), all[i + 1]]] : acc), []));
@@ -508,41 +508,51 @@ async function verifyGraphile(db, who) {
 
 // ------------------------------------------------------------ the Node client's Worker
 
-async function drainNodeWorker(db, counts, ctx) {
-  const { Pool } = require('pg');
-  const workers = [];
-  const pools = [];
-  for (let w = 0; w < WORKERS; w++) {
-    const pool = new Pool({ connectionString: CONN, max: 2, idleTimeoutMillis: 0 });
-    // both of its connections measured as users get them
-    const cs = await Promise.all([pool.connect(), pool.connect()]);
-    for (const c of cs) await checkSession(c);
-    for (const c of cs) c.release();
-    pools.push(pool);
-    workers.push(new JobguardWorker(async (job) => { counts.hit(job.params.i); return {}; },
+// nodeWorker(prepared): the drain by WORKERS Workers, each on a pool of 2
+// (its loop and its heartbeats; pg opens the second connection only when
+// both are wanted at once, as for a user); every connection a pool opens
+// is checked as a measured session before its first statement runs (its
+// check is the first query queued on it), a failed check failing the run.
+// prepared: with setPrepareStatements(true) (claim and finish_many
+// prepared once per connection), else as shipped (unnamed statements).
+function nodeWorker(prepared) {
+  return async (db, counts, ctx) => {
+    const { Pool } = require('pg');
+    const checks = [];
+    const pools = Array.from({ length: WORKERS }, () => {
+      const pool = new Pool({ connectionString: CONN, max: 2, idleTimeoutMillis: 0 });
+      pool.on('connect', (c) => { checks.push(checkSession(c).then(() => null, (err) => err)); });
+      return pool;
+    });
+    setPrepareStatements(prepared);
+    const workers = pools.map((pool, w) => new JobguardWorker(async (job) => { counts.hit(job.params.i); return {}; },
       { pool, name: `bench-${w}`, batch: BATCH, waitSeconds: 1, logger: { info() {}, warn: console.error, error: console.error } }));
-  }
-  const running = workers.map((w) => w.run({ handleSignals: false }));
-  ctx.teardown = async () => {
-    for (const w of workers) w.stop();
-    const stats = await Promise.all(running);
-    await Promise.all(pools.map((p) => p.end()));
-    const bad = stats.reduce((s, x) => s + x.lost + x.rejected + x.failed + x.reportErrors + x.released, 0);
-    if (bad) throw new VerifyError(`the Node Worker: ${JSON.stringify(stats)}`);
+    const running = workers.map((w) => w.run({ handleSignals: false }));
+    ctx.teardown = async () => {
+      for (const w of workers) w.stop();
+      const stats = await Promise.all(running);
+      setPrepareStatements(false);
+      const failed = (await Promise.all(checks)).find((err) => err !== null);
+      await Promise.all(pools.map((p) => p.end()));
+      if (failed) throw failed;
+      const bad = stats.reduce((s, x) => s + x.lost + x.rejected + x.failed + x.reportErrors + x.released, 0);
+      if (bad) throw new VerifyError(`the Node Worker: ${JSON.stringify(stats)}`);
+    };
+    await until(db, JOBGUARD_DONE);
   };
-  await until(db, JOBGUARD_DONE);
 }
 
 // ------------------------------------------------------------ the Python client's Worker
 
-// drainPythonWorker: WORKERS processes (bench/node/py_worker.py), one Worker each;
-// each prints, once stopped by SIGTERM, the job numbers its handler ran
-async function drainPythonWorker(db, counts, ctx) {
+// pythonWorker(prepared): WORKERS processes (bench/node/py_worker.py), one
+// Worker each (prepared: jobguard.api.prepare_statements = True); each
+// prints, once stopped by SIGTERM, the job numbers its handler ran
+const pythonWorker = (prepared) => async (db, counts, ctx) => {
   const { spawn } = require('node:child_process');
   const procs = [];
   for (let w = 0; w < WORKERS; w++) {
-    const p = spawn(PYTHON, [require('node:path').join(__dirname, 'py_worker.py'), `bench-py-${w}`, String(BATCH)],
-      { stdio: ['ignore', 'pipe', 'inherit'] });
+    const p = spawn(PYTHON, [require('node:path').join(__dirname, 'py_worker.py'), `bench-py-${w}`, String(BATCH),
+      ...(prepared ? ['prepared'] : [])], { stdio: ['ignore', 'pipe', 'inherit'] });
     p.out = '';
     p.stdout.on('data', (b) => { p.out += b; });
     p.done = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
@@ -563,7 +573,7 @@ async function drainPythonWorker(db, counts, ctx) {
   // a worker that cannot start fails the run at once, not after a stall
   await Promise.race([until(db, JOBGUARD_DONE),
     ...procs.map((p) => p.done.then((code) => { throw new VerifyError(`a Python worker exited early (${code})`); }))]);
-}
+};
 
 // ------------------------------------------------------------ the contenders
 
@@ -650,13 +660,21 @@ const DRAINS = [
       won('jg-stmt', o[0].o);
     }) },
   { name: 'jg-node', label: 'jobguard, the Node client\'s `Worker` (batch 10)',
-    settings: `${WORKERS} \`new Worker(handler, { batch: ${BATCH}, waitSeconds: 1 })\`, each on a pool of 2 (its loop and its heartbeats)`,
+    settings: `${WORKERS} \`new Worker(handler, { batch: ${BATCH}, waitSeconds: 1 })\`, each on a pool of 2 (its loop and its heartbeats); unnamed statements (as shipped: they work behind a transaction-mode pooler)`,
     source: 'clients/node/README.md',
-    submit: submitJobguard, drain: drainNodeWorker, verify: verifyJobguard },
+    submit: submitJobguard, drain: nodeWorker(false), verify: verifyJobguard },
+  { name: 'jg-node-prep', label: 'jobguard, the Node client\'s `Worker` (batch 10), prepared statements',
+    settings: `as above, with \`setPrepareStatements(true)\` (claim and \`finish_many\` prepared once per connection, as the SQL loops' are)`,
+    source: 'doc/clients.md',
+    submit: submitJobguard, drain: nodeWorker(true), verify: verifyJobguard },
   { name: 'jg-python', label: 'jobguard, the Python client\'s `Worker` (batch 10)',
-    settings: `${WORKERS} processes, each one \`Worker(handler, batch=${BATCH}, wait=1)\` (its loop and heartbeat connections); psycopg 3`,
+    settings: `${WORKERS} processes, each one \`Worker(handler, batch=${BATCH}, wait=1)\` (its loop and heartbeat connections); psycopg 3; no statement prepared (as shipped)`,
     source: 'clients/python/README.md',
-    submit: submitJobguard, drain: drainPythonWorker, verify: verifyJobguard },
+    submit: submitJobguard, drain: pythonWorker(false), verify: verifyJobguard },
+  { name: 'jg-python-prep', label: 'jobguard, the Python client\'s `Worker` (batch 10), prepared statements',
+    settings: 'as above, with `jobguard.api.prepare_statements = True` (psycopg prepares a statement from its sixth run on a connection)',
+    source: 'doc/clients.md',
+    submit: submitJobguard, drain: pythonWorker(true), verify: verifyJobguard },
 ];
 const byName = Object.fromEntries(DRAINS.map((d) => [d.name, d]));
 const labelOf = (d) => (typeof d.label === 'function' ? d.label() : d.label);
@@ -981,6 +999,8 @@ async function holdRound(db, round) {
     judge('SQL loop with `finish_many` ÷ pg-boss', ratio('jg-many', 'pgboss'), 1.0);
     judge('the Node client\'s `Worker` ÷ the `finish_many` SQL loop', ratio('jg-node', 'jg-many'), 0.9);
     judge('the Python client\'s `Worker` ÷ the `finish_many` SQL loop', ratio('jg-python', 'jg-many'), 0.9);
+    judge('the Node client\'s `Worker`, prepared statements, ÷ the `finish_many` SQL loop', ratio('jg-node-prep', 'jg-many'), 0.9);
+    judge('the Python client\'s `Worker`, prepared statements, ÷ the `finish_many` SQL loop', ratio('jg-python-prep', 'jg-many'), 0.9);
     judge('WAL per job of the SQL loop (one `finish_attempt` per job), bytes', ok('jg-loop') ? median(res['jg-loop'].wal) : null, 1150, '≤', 0);
     judge('`submit_many` ÷ graphile-worker `add_jobs`', bratio('jobguard', 'graphile'), 1.5);
     judge('`submit_many` ÷ the four-column floor', bratio('jobguard', 'floor'), 0.8);

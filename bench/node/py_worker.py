@@ -3,9 +3,10 @@
 Run by bench/node/drain.js, 8 at once, each its own process (as Python
 workers are deployed: one per core, not threads sharing the GIL):
 
-    python3 py_worker.py NAME BATCH
+    python3 py_worker.py NAME BATCH [prepared]
 
-Connects as the PG* environment says (drain.js sets PGOPTIONS as for every
+With "prepared", jobguard.api.prepare_statements is set (psycopg prepares
+the statements it runs often).  Connects as the PG* environment says (drain.js sets PGOPTIONS as for every
 measured session), refuses to start unless the fast path and
 synchronous_commit are on in such a session, prints "ready", then runs a
 Worker whose no-op handler notes the job's number (params["i"]) until
@@ -23,12 +24,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import psycopg  # noqa: E402
 
+import jobguard.api  # noqa: E402
 from jobguard import Worker  # noqa: E402
 
 
 def main() -> None:
     """Check the session, then run one Worker until SIGTERM and report."""
     name, batch = sys.argv[1], int(sys.argv[2])
+    jobguard.api.prepare_statements = sys.argv[3:] == ["prepared"]
     with psycopg.connect("") as conn:
         fp, sc = conn.execute("SELECT jobguard.fast_path_status(),"
                               " current_setting('synchronous_commit')").fetchone()

@@ -226,6 +226,10 @@ export function finishMany(db: Queryable, attemptIds: readonly AttemptId[],
 export function providerKey(db: Queryable, attemptId: AttemptId): Promise<string>;
 /** Whether the database's claim takes a providers list (1.3). */
 export function claimTakesProviders(db: Queryable): Promise<boolean>;
+/** Prepare the statements of every call from now on (default false: unnamed
+ * statements, which work behind a transaction-mode pooler).  Only where every
+ * connection is a session of its own (direct, or a session-mode pooler). */
+export function setPrepareStatements(on: boolean): void;
 
 /** What a Worker calls for each claimed job; what it resolves to is the result.
  * Pass job.provider_key to your provider as its idempotency key. */

@@ -23,10 +23,41 @@ const TYPES = {
   getTypeParser: (oid, format) => (oid === INT8 ? parseId : pgTypes.getTypeParser(oid, format)),
 };
 
+// Prepared statements (off by default).  Off, every statement is unnamed:
+// nothing is prepared on the server, so every call works behind a
+// transaction-mode pooler, where a prepared statement's name belongs to a
+// server connection that other clients share.  setPrepareStatements(true)
+// only where every connection is a session of its own (direct, or a
+// session-mode pooler): each statement is then prepared once per
+// connection (its parse and plan saved), under a name made from its text,
+// so that one name never stands for two statements.
+const { createHash } = require('node:crypto');
+const statementNames = new Map();
+let prepareStatements = false;
+
+// setPrepareStatements: whether the calls (and the Worker's and the
+// Reconciler's) prepare their statements from now on; see above.
+function setPrepareStatements(on) {
+  if (typeof on !== 'boolean') throw new TypeError('setPrepareStatements takes true or false');
+  prepareStatements = on;
+}
+
+// statementName: the prepared statement name of a statement's text.
+function statementName(text) {
+  let name = statementNames.get(text);
+  if (name === undefined) {
+    name = `jobguard_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`;
+    statementNames.set(text, name);
+  }
+  return name;
+}
+
 // run: one statement; its rows, with jobguard errors as their classes.
 async function run(db, text, values) {
+  const query = { text, values, types: TYPES };
+  if (prepareStatements) query.name = statementName(text);
   try {
-    const { rows } = await db.query({ text, values, types: TYPES });
+    const { rows } = await db.query(query);
     return rows;
   } catch (err) {
     throw errors.translate(err);
@@ -223,6 +254,7 @@ module.exports = {
   submit, beginAttempt, finish, fail, markUnknown, cancelAttempt, cancelJob,
   jobState, job, attempts, attempt, awaitJob, claim, claimTakesProviders, heartbeat, submitMany,
   claimUnknown, finishMany, providerKey,
+  setPrepareStatements,
   ...errors,
 };
 // the worker and reconciler loops (they use the functions above, so they come last)

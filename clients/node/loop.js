@@ -17,9 +17,9 @@
 //   finish_attempt's to judge ('rejected').
 // - a server error in claim or claim_unknown is logged and the round tried
 //   again with backoff; it never ends the loop.
-// Every statement is unnamed (index.js passes no `name`): nothing is
-// prepared on the server, so every call works behind a transaction-mode
-// pooler.
+// Every statement is unnamed unless prepareStatements is set (index.js):
+// nothing is prepared on the server, so every call works behind a
+// transaction-mode pooler.
 
 const os = require('node:os');
 const crypto = require('node:crypto');

@@ -11,7 +11,7 @@ const assert = require('node:assert/strict');
 const { randomUUID } = require('node:crypto');
 const { exec } = require('node:child_process');
 const { promisify } = require('node:util');
-const { Pool } = require('pg');
+const { Client, Pool } = require('pg');
 const jg = require('..');
 const { setUp, tearDown } = require('../testlib');
 
@@ -229,4 +229,69 @@ test('the worker survives a restart of the server', {
   assert.equal(w.stats.reportErrors, 0);
   await assertOneSuccessEach(fresh, jobs);
   await fresh.end();
+});
+
+// sessionStatements: the prepared statements of each of the pool's
+// connections (the two a Worker uses), by name
+async function sessionStatements(own) {
+  const clients = [await own.connect(), await own.connect()];
+  try {
+    const names = [];
+    for (const c of clients) {
+      const { rows } = await c.query('SELECT name FROM pg_prepared_statements ORDER BY name');
+      names.push(...rows.map((r) => r.name));
+    }
+    return names;
+  } finally {
+    for (const c of clients) c.release();
+  }
+}
+
+test('setPrepareStatements: off, nothing is prepared; on, each connection prepares a statement once and every job still runs once', async () => {
+  assert.throws(() => jg.setPrepareStatements('yes'), TypeError);
+  const drain = async (prefix) => {
+    const op = await freshOp();
+    const jobs = await submitN(op, 60);
+    const own = new Pool({ database: DB, max: 2 });
+    own.on('error', () => {});
+    const calls = new Map();
+    const handler = async (job) => {
+      calls.set(job.job_id, (calls.get(job.job_id) || 0) + 1);
+      return { done: job.params.n };
+    };
+    const workers = Array.from({ length: 2 }, (_, i) => new jg.Worker(handler, {
+      pool: i === 0 ? own : undefined, connection: { database: DB }, logger: quiet(),
+      name: `${prefix}-${i}`, operations: [op], batch: 4, waitSeconds: 0.5 }));
+    const stats = await Promise.all(workers.map((w) => w.run({ untilIdle: true, handleSignals: false })));
+    await assertOneSuccessEach(pool, jobs);
+    assert.ok([...calls.values()].every((n) => n === 1) && calls.size === 60);
+    assert.equal(stats[0].won + stats[1].won, 60);
+    const names = await sessionStatements(own);
+    await own.end();
+    return names;
+  };
+  try {
+    assert.deepEqual(await drain(`unprepared-${randomUUID().slice(0, 6)}`), []);
+    jg.setPrepareStatements(true);
+    const names = await drain(`prepared-${randomUUID().slice(0, 6)}`);
+    // claim and finish_many, each at most once per connection, named by its text
+    assert.ok(new Set(names).size >= 2, `prepared: ${names}`);
+    assert.ok(names.every((n) => /^jobguard_[0-9a-f]{32}$/.test(n)), `prepared: ${names}`);
+    // a refusal of a prepared statement is still its class, the first time and again
+    for (let i = 0; i < 2; i++) {
+      await assert.rejects(jg.finish(pool, 999999999, {}), jg.AttemptNotFound);
+    }
+  } finally {
+    jg.setPrepareStatements(false);
+  }
+  // off again: a new connection prepares nothing
+  const c = new Client({ database: DB });
+  await c.connect();
+  try {
+    await jg.jobState(c, (await submitN(await freshOp(), 1))[0]);
+    const { rows } = await c.query('SELECT count(*)::int AS n FROM pg_prepared_statements');
+    assert.equal(rows[0].n, 0);
+  } finally {
+    await c.end();
+  }
 });

@@ -15,6 +15,7 @@ async function usage(pool: Pool): Promise<void> {
   const state: JobState = await jobguard.jobState(pool, jobId);
   const job = await jobguard.job(pool, jobId);
   const winner: AttemptId | null = job.completed_by;
+  jobguard.setPrepareStatements(false);
   const client = await pool.connect();
   await jobguard.awaitJob(client, jobId, 10);
   client.release();
