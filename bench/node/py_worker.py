@@ -6,8 +6,8 @@ workers are deployed: one per core, not threads sharing the GIL):
     python3 py_worker.py NAME BATCH [prepared]
 
 With "prepared", jobguard.api.prepare_statements is set (psycopg prepares
-the statements it runs often).  Connects as the PG* environment says (drain.js sets PGOPTIONS as for every
-measured session), refuses to start unless the fast path and
+the statements it runs often).  Connects as the PG* environment says
+(drain.js sets PGOPTIONS as for every measured session), refuses to start unless the fast path and
 synchronous_commit are on in such a session, prints "ready", then runs a
 Worker whose no-op handler notes the job's number (params["i"]) until
 SIGTERM.  It then prints one JSON line: the numbers it handled and the
