@@ -10,7 +10,10 @@
 //   drain   N jobs submitted, then drained by 8 workers with a no-op
 //           handler; jobs per second from before the contender opens its
 //           first connection (its start-up is in its time, for every
-//           contender alike) until the database says the last job is done.
+//           contender alike; the Python processes are started and have
+//           imported the client before it, as Node's runtime is loaded
+//           before the Node contenders') until the database says the last
+//           job is done.
 //           The contenders and their settings are in DRAINS below, each with
 //           the document its settings come from.
 //   batch   1,000-request batch submits, rows per second, one connection,
@@ -544,20 +547,27 @@ function nodeWorker(prepared) {
 
 // ------------------------------------------------------------ the Python client's Worker
 
-// pythonWorker(prepared): WORKERS processes (bench/node/py_worker.py), one
-// Worker each (prepared: jobguard.api.prepare_statements = True); each
-// prints, once stopped by SIGTERM, the job numbers its handler ran
-const pythonWorker = (prepared) => async (db, counts, ctx) => {
+// pythonStart(prepared): before the clock, WORKERS processes of
+// bench/node/py_worker.py (prepared: jobguard.api.prepare_statements =
+// True), each until it has imported the client, checked its session and
+// printed "ready"; an interpreter's start-up is deployment, not its
+// Worker's work (the Node contenders' runtime is loaded before theirs too).
+// Each prints, once stopped by SIGTERM, the job numbers its handler ran.
+const pythonStart = (prepared) => async (db, counts, ctx) => {
   const { spawn } = require('node:child_process');
   const procs = [];
   for (let w = 0; w < WORKERS; w++) {
     const p = spawn(PYTHON, [require('node:path').join(__dirname, 'py_worker.py'), `bench-py-${w}`, String(BATCH),
-      ...(prepared ? ['prepared'] : [])], { stdio: ['ignore', 'pipe', 'inherit'] });
+      ...(prepared ? ['prepared'] : [])], { stdio: ['pipe', 'pipe', 'inherit'] });
     p.out = '';
-    p.stdout.on('data', (b) => { p.out += b; });
+    p.ready = new Promise((resolve) => p.stdout.on('data', (b) => {
+      p.out += b;
+      if (p.out.startsWith('ready\n')) resolve();
+    }));
     p.done = new Promise((resolve) => p.on('exit', (code) => resolve(code)));
     procs.push(p);
   }
+  ctx.procs = procs;
   ctx.teardown = async () => {
     for (const p of procs) if (p.exitCode === null) p.kill('SIGTERM');
     const codes = await Promise.all(procs.map((p) => p.done));
@@ -570,10 +580,23 @@ const pythonWorker = (prepared) => async (db, counts, ctx) => {
       if (bad) throw new VerifyError(`Python worker ${w}: ${JSON.stringify(stats)}`);
     }
   };
-  // a worker that cannot start fails the run at once, not after a stall
-  await Promise.race([until(db, JOBGUARD_DONE),
-    ...procs.map((p) => p.done.then((code) => { throw new VerifyError(`a Python worker exited early (${code})`); }))]);
+  await Promise.race([Promise.all(procs.map((p) => p.ready)), exitedEarly(procs)]);
 };
+
+// exitedEarly(procs): rejects when any Python worker exits before it is
+// stopped, so that a worker that cannot start fails the run at once
+function exitedEarly(procs) {
+  return Promise.race(procs.map((p) => p.done.then((code) => {
+    throw new VerifyError(`a Python worker exited early (${code})`);
+  })));
+}
+
+// pythonDrain: the clock's part of the Python Worker drain: "go" to every
+// process pythonStart started, then until the database says all are done
+async function pythonDrain(db, counts, ctx) {
+  for (const p of ctx.procs) p.stdin.end('go\n');
+  await Promise.race([until(db, JOBGUARD_DONE), exitedEarly(ctx.procs)]);
+}
 
 // ------------------------------------------------------------ the contenders
 
@@ -668,13 +691,13 @@ const DRAINS = [
     source: 'doc/clients.md',
     submit: submitJobguard, drain: nodeWorker(true), verify: verifyJobguard },
   { name: 'jg-python', label: 'jobguard, the Python client\'s `Worker` (batch 10)',
-    settings: `${WORKERS} processes, each one \`Worker(handler, batch=${BATCH}, wait=1)\` (its loop and heartbeat connections); psycopg 3; no statement prepared (as shipped)`,
+    settings: `${WORKERS} processes (started, the client imported, before the clock), each one \`Worker(handler, batch=${BATCH}, wait=1)\` (its loop and heartbeat connections); psycopg 3; no statement prepared (as shipped)`,
     source: 'clients/python/README.md',
-    submit: submitJobguard, drain: pythonWorker(false), verify: verifyJobguard },
+    submit: submitJobguard, start: pythonStart(false), drain: pythonDrain, verify: verifyJobguard },
   { name: 'jg-python-prep', label: 'jobguard, the Python client\'s `Worker` (batch 10), prepared statements',
     settings: 'as above, with `jobguard.api.prepare_statements = True` (psycopg prepares a statement from its sixth run on a connection)',
     source: 'doc/clients.md',
-    submit: submitJobguard, drain: pythonWorker(true), verify: verifyJobguard },
+    submit: submitJobguard, start: pythonStart(true), drain: pythonDrain, verify: verifyJobguard },
 ];
 const byName = Object.fromEntries(DRAINS.map((d) => [d.name, d]));
 const labelOf = (d) => (typeof d.label === 'function' ? d.label() : d.label);
@@ -704,6 +727,15 @@ async function drainOnce(db, d, round) {
   const counts = new Counts(JOBS);
   const ctx = { teardown: async () => {} };
   const jg = d.name.startsWith('jg-');
+  if (d.start) {
+    try {
+      await d.start(db, counts, ctx);
+    } catch (e) {
+      await ctx.teardown().catch(() => {});
+      if (e instanceof VerifyError) throw new VerifyError(`${d.name}: ${e.message}`);
+      throw e;
+    }
+  }
   const u0 = jg ? await jobsUpdates(db) : null;
   const s0 = await walSyncs(db);
   const w0 = await lsn(db);
@@ -923,7 +955,7 @@ async function holdRound(db, round) {
   // the HOT share of jobguard.jobs's updates over a contender's drains
   const hotOf = (n) => (!n.startsWith('jg-') ? '—' : res[n].upd === 0 ? 'no updates' : `${(100 * res[n].hot / res[n].upd).toFixed(1)} % of ${res[n].upd}`);
   const out = [];
-  out.push(`Fast path on and \`synchronous_commit = on\` in every measured session (checked); jobguard preloaded. ${JOBS} jobs per drain, ${WORKERS} workers, no-op handler, ${ROUNDS} rounds, contenders alternated (order rotated per round). Each time runs from before the contender opens its first connection (its start-up included, for every contender) until the database says the last job is done; every run verified: each job handled exactly once by the handlers' own count, and the database agreeing (all done, none left, none refused at submit). WAL: bytes inserted over the drain per job. Node ${process.versions.node}.`);
+  out.push(`Fast path on and \`synchronous_commit = on\` in every measured session (checked); jobguard preloaded. ${JOBS} jobs per drain, ${WORKERS} workers, no-op handler, ${ROUNDS} rounds, contenders alternated (order rotated per round). Each time runs from before the contender opens its first connection (its start-up included, for every contender; the Python processes are started, the client imported, before it, as the Node contenders' runtime is loaded) until the database says the last job is done; every run verified: each job handled exactly once by the handlers' own count, and the database agreeing (all done, none left, none refused at submit). WAL: bytes inserted over the drain per job. Node ${process.versions.node}.`);
   out.push('');
   // each jobguard contender's contract floor: the per-job finish's, or the batch's
   const floorOf = (n) => (n === 'jg-loop' ? 'cfloor-job' : n.startsWith('jg-') ? 'cfloor-batch' : null);

@@ -8,9 +8,11 @@ workers are deployed: one per core, not threads sharing the GIL):
 With "prepared", jobguard.api.prepare_statements is set (psycopg prepares
 the statements it runs often).  Connects as the PG* environment says
 (drain.js sets PGOPTIONS as for every measured session), refuses to start unless the fast path and
-synchronous_commit are on in such a session, prints "ready", then runs a
-Worker whose no-op handler notes the job's number (params["i"]) until
-SIGTERM.  It then prints one JSON line: the numbers it handled and the
+synchronous_commit are on in such a session, prints "ready", waits for
+"go" on its standard input (drain.js starts its clock then: the
+interpreter's start-up and imports are deployment, not the Worker's
+work), then runs a Worker whose no-op handler notes the job's number
+(params["i"]) until SIGTERM.  It then prints one JSON line: the numbers it handled and the
 Worker's stats, so that drain.js can count every job's handling.
 """
 
@@ -47,6 +49,9 @@ def main() -> None:
 
     worker = Worker(handler, name=name, batch=batch, wait=1)
     print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        print("py_worker: no \"go\" on standard input", file=sys.stderr)
+        sys.exit(1)
     stats = worker.run(handle_signals=True)
     print(json.dumps({"handled": handled, "stats": dataclasses.asdict(stats)}), flush=True)
 
