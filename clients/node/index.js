@@ -42,24 +42,61 @@ function setPrepareStatements(on) {
   prepareStatements = on;
 }
 
-// statementName: the prepared statement name of a statement's text.
+// A statement prepared before ALTER EXTENSION jobguard UPDATE changed its
+// result's columns is refused on its connection from then on (0A000,
+// "cached plan must not change result type"), until the connection closes.
+// The refusal comes at the statement's bind, before anything runs, so run
+// makes a new generation of names (every connection prepares its statements
+// again under them, once) and sends the statement once more.
+const STALE_PLAN = /cached plan must not change result type/;
+let generation = 0;
+
+// statementName: the prepared statement name of a statement's text, in
+// the current generation.
 function statementName(text) {
   let name = statementNames.get(text);
   if (name === undefined) {
     name = `jobguard_${createHash('sha256').update(text).digest('hex').slice(0, 32)}`;
+    if (generation > 0) name += `_${generation}`;
     statementNames.set(text, name);
   }
   return name;
 }
 
-// run: one statement; its rows, with jobguard errors as their classes.
+// staleStatement: whether err is the refusal of a statement prepared before
+// its result's columns changed; then a new generation of names (unless a
+// concurrent call has made one since gen, the generation it ran under).
+function staleStatement(err, gen) {
+  if (err.code !== '0A000') return false;
+  // the server's function name, whatever the language of its messages
+  if (err.routine !== 'RevalidateCachedQuery' && !STALE_PLAN.test(err.message)) return false;
+  if (generation === gen) {
+    generation += 1;
+    statementNames.clear();
+  }
+  return true;
+}
+
+// run: one statement; its rows, with jobguard errors as their classes.  A
+// prepared statement refused as stale (above) is sent once more under its
+// new name; in a transaction block that second try cannot run (the
+// refusal aborted the transaction), and the refusal is what the caller sees.
 async function run(db, text, values) {
   const query = { text, values, types: TYPES };
+  const gen = generation;
   if (prepareStatements) query.name = statementName(text);
   try {
     const { rows } = await db.query(query);
     return rows;
   } catch (err) {
+    if (query.name && staleStatement(err, gen)) {
+      try {
+        const { rows } = await db.query({ ...query, name: statementName(text) });
+        return rows;
+      } catch (again) {
+        throw errors.translate(again.code === '25P02' ? err : again);
+      }
+    }
     throw errors.translate(err);
   }
 }

@@ -13,7 +13,7 @@ const { exec } = require('node:child_process');
 const { promisify } = require('node:util');
 const { Client, Pool } = require('pg');
 const jg = require('..');
-const { setUp, tearDown } = require('../testlib');
+const { setUp, tearDown, admin } = require('../testlib');
 
 const DB = 'jg_client_node_worker';
 let pool;
@@ -276,7 +276,7 @@ test('setPrepareStatements: off, nothing is prepared; on, each connection prepar
     const names = await drain(`prepared-${randomUUID().slice(0, 6)}`);
     // claim and finish_many, each at most once per connection, named by its text
     assert.ok(new Set(names).size >= 2, `prepared: ${names}`);
-    assert.ok(names.every((n) => /^jobguard_[0-9a-f]{32}$/.test(n)), `prepared: ${names}`);
+    assert.ok(names.every((n) => /^jobguard_[0-9a-f]{32}(_[0-9]+)?$/.test(n)), `prepared: ${names}`);
     // a refusal of a prepared statement is still its class, the first time and again
     for (let i = 0; i < 2; i++) {
       await assert.rejects(jg.finish(pool, 999999999, {}), jg.AttemptNotFound);
@@ -293,5 +293,78 @@ test('setPrepareStatements: off, nothing is prepared; on, each connection prepar
     assert.equal(rows[0].n, 0);
   } finally {
     await c.end();
+  }
+});
+
+test('setPrepareStatements: a claim prepared before ALTER EXTENSION jobguard UPDATE changed its columns is prepared again; in a transaction block the refusal is the error', async () => {
+  // onOld: a connection on a new database holding jobguard 1.2 (whose claim
+  // has no failover column), with two jobs of an operation; the test's body
+  // runs with it and the operation, then the database is dropped
+  const onOld = async (suffix, body) => {
+    const db = `${DB}_${suffix}`;
+    await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+    await admin(`CREATE DATABASE ${db}`);
+    const c = new Client({ database: db });
+    await c.connect();
+    try {
+      await c.query("CREATE EXTENSION jobguard VERSION '1.2'");
+      await c.query(`SELECT jobguard.define_operation('op', '{"type": "object"}')`);
+      for (const k of ['a', 'b', 'c']) {
+        await jg.submit(c, { ownerId: 'alice', idempotencyKey: k, operation: 'op', params: {}, provider: 'psp' });
+      }
+      await body(c, db);
+    } finally {
+      await c.end();
+      await admin(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);
+    }
+  };
+  // update: ALTER EXTENSION jobguard UPDATE from another connection
+  const update = async (db) => {
+    const u = new Client({ database: db });
+    await u.connect();
+    try { await u.query('ALTER EXTENSION jobguard UPDATE'); } finally { await u.end(); }
+  };
+  const claimOne = (c) => jg.claim(c, { worker: 'w', operations: ['op'], maxJobs: 1 });
+  const claimed = async (c) => (await c.query(
+    "SELECT count(*)::int AS n FROM jobguard.attempts WHERE state = 'started'")).rows[0].n;
+  jg.setPrepareStatements(true);
+  try {
+    // in a transaction block: the refusal aborted it, nothing is claimed,
+    // and the next claim (the transaction rolled back) is prepared again
+    await onOld('stale_tx', async (c, db) => {
+      const [first] = await claimOne(c);
+      assert.equal(first.failover, undefined);
+      await c.query('BEGIN');
+      await update(db);
+      // a statement that locks a table takes in the update's invalidations
+      await c.query('SELECT count(*) FROM jobguard.jobs');
+      await assert.rejects(claimOne(c), (err) => err.code === '0A000');
+      await c.query('ROLLBACK');
+      assert.equal(await claimed(c), 1);
+      const [second] = await claimOne(c);
+      assert.equal(second.failover, false);
+      assert.equal(await claimed(c), 2);
+    });
+    // outside a transaction block: the refused claim is sent once more
+    // under a new name and claims one job, once
+    await onOld('stale', async (c, db) => {
+      const [first] = await claimOne(c);
+      assert.equal(first.failover, undefined);
+      await update(db);
+      const again = await claimOne(c);
+      assert.equal(again.length, 1);
+      assert.equal(again[0].failover, false);
+      assert.notEqual(again[0].job_id, first.job_id);
+      assert.equal(await claimed(c), 2);
+      const { rows } = await c.query(`SELECT name FROM pg_prepared_statements
+                                       WHERE statement LIKE '%jobguard.claim(%' ORDER BY prepare_time`);
+      assert.equal(rows.length, 2);
+      assert.match(rows[1].name, /^jobguard_[0-9a-f]{32}_[0-9]+$/);
+      // and once only: the next claim runs its new statement
+      assert.equal((await claimOne(c)).length, 1);
+      assert.equal(await claimed(c), 3);
+    });
+  } finally {
+    jg.setPrepareStatements(false);
   }
 });

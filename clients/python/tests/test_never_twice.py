@@ -24,7 +24,7 @@ import pytest
 
 import jobguard
 from jobguard import AsyncReconciler, AsyncWorker, Claimed, Reconciler, Worker, api
-from conftest import run_until_idle
+from conftest import run_until_idle, scratch_database
 
 FAULTS = ["40001", "57014", "55P03", "XX000", "terminate"]
 
@@ -295,6 +295,45 @@ def test_no_statement_is_prepared_on_the_server(database: str) -> None:
     worker.append(Worker(handler, conninfo=f"dbname={database}", operations=[op], wait=0.3))
     worker[0].run(until_idle=True, handle_signals=False)
     assert len(seen) == 12 and set(seen) == {0}
+
+
+@pytest.mark.parametrize("kind", ["thread", "asyncio"])
+def test_prepared_claim_made_stale_by_an_update_opens_a_new_connection(kind: str) -> None:
+    """With prepare_statements, psycopg prepares the claim on the worker's
+    connection; ALTER EXTENSION jobguard UPDATE from 1.2 (claim gains the
+    failover column) makes that statement refused there for good (0A000).
+    The worker takes it as a lost connection: it opens a new one and goes
+    on, every job's handler run once."""
+    with scratch_database(f"stale_{kind}", "1.2", setup=[
+            """SELECT jobguard.define_operation('op', '{"type": "object"}')"""]) as db:
+        with psycopg.connect(dbname=db, autocommit=True) as c:
+            for i in range(12):
+                api.submit(c, "alice", f"k{i}", "op", {"i": i}, "psp")
+        calls: collections.Counter[int] = collections.Counter()
+
+        def handler(job: Claimed) -> Any:
+            """The seventh job (its claim prepared: psycopg's sixth run of
+            it) updates the extension."""
+            calls[job.params["i"]] += 1
+            if len(calls) == 7:
+                with psycopg.connect(dbname=db, autocommit=True) as u:
+                    u.execute("ALTER EXTENSION jobguard UPDATE")
+            return {"i": job.params["i"]}
+        was = api.prepare_statements
+        api.prepare_statements = True
+        try:
+            loop = (Worker if kind == "thread" else AsyncWorker)(
+                handler, conninfo=f"dbname={db}", operations=["op"], batch=1, wait=0.3)
+            [stats] = run_until_idle(kind, [loop], seconds=60)
+        finally:
+            api.prepare_statements = was
+        assert dict(calls) == {i: 1 for i in range(12)}
+        assert stats.won == 12 and stats.reconnects >= 1
+        with psycopg.connect(dbname=db, autocommit=True) as c:
+            assert c.execute("""SELECT count(*) FROM jobguard.attempts
+                                 WHERE state = 'succeeded'""").fetchone() == (12,)
+            assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'jobguard'"
+                             ).fetchone() != ("1.2",)
 
 
 @pytest.mark.parametrize("kind", ["thread", "asyncio"])

@@ -167,7 +167,7 @@ class ALink:
                     return await run(conn, getattr(api, effect.name).steps(conn, *effect.args))
                 return await rows(conn, effect.sql, effect.params)
             except psycopg.Error as err:
-                if conn.closed or conn.broken:
+                if conn.closed or conn.broken or api.stale_statement(err):
                     await self.close()
                     raise Disconnected(err) from err
                 raise

@@ -230,6 +230,20 @@ def prepare_flag() -> Optional[bool]:
     return None if prepare_statements else False
 
 
+def stale_statement(err: BaseException) -> bool:
+    """Whether ``err`` refuses a statement psycopg prepared on its
+    connection before ``ALTER EXTENSION jobguard UPDATE`` changed the
+    columns of its result (0A000, "cached plan must not change result
+    type"; only with ``prepare_statements``).  The refusal comes at the
+    statement's bind, before anything ran, and lasts as long as the
+    connection: a Worker or Reconciler opens a new one (as after a lost
+    connection); a caller of these functions should too."""
+    if not isinstance(err, psycopg.errors.FeatureNotSupported):
+        return False
+    return (err.diag.source_function == "RevalidateCachedQuery"
+            or "cached plan must not change result type" in str(err))
+
+
 def connect_options(connect_kwargs: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """The keyword arguments for a connection the client opens itself: no
     server-side prepared statements (``prepare_threshold=None``) unless

@@ -111,7 +111,7 @@ class Link:
                     return getattr(api, effect.name)(conn, *effect.args)
                 return api._rows(conn, effect.sql, effect.params)
             except psycopg.Error as err:
-                if conn.closed or conn.broken:
+                if conn.closed or conn.broken or api.stale_statement(err):
                     self.close()
                     raise Disconnected(err) from err
                 raise
