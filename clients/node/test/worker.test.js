@@ -363,6 +363,16 @@ test('setPrepareStatements: a claim prepared before ALTER EXTENSION jobguard UPD
       // and once only: the next claim runs its new statement
       assert.equal((await claimOne(c)).length, 1);
       assert.equal(await claimed(c), 3);
+      // jobguard's own 0A000 (a claim that may wait, in REPEATABLE READ) is
+      // the caller's error, sent once: no new names, nothing prepared again
+      await c.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await assert.rejects(jg.claim(c, { worker: 'w', operations: ['op'], waitSeconds: 1 }),
+        (err) => err.code === '0A000' && !/cached plan/.test(err.message));
+      await c.query('ROLLBACK');
+      assert.deepEqual(await claimOne(c), []);
+      const { rows: after } = await c.query(`SELECT name FROM pg_prepared_statements
+                                              WHERE statement LIKE '%jobguard.claim(%' ORDER BY prepare_time`);
+      assert.deepEqual(after.map((r) => r.name), rows.map((r) => r.name));
     });
   } finally {
     jg.setPrepareStatements(false);

@@ -334,6 +334,13 @@ def test_prepared_claim_made_stale_by_an_update_opens_a_new_connection(kind: str
                                  WHERE state = 'succeeded'""").fetchone() == (12,)
             assert c.execute("SELECT extversion FROM pg_extension WHERE extname = 'jobguard'"
                              ).fetchone() != ("1.2",)
+            # jobguard's own 0A000 (a claim that may wait, in REPEATABLE READ)
+            # is not taken for it: a worker would not drop its connection
+            c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+                api.claim(c, "w", ["op"], wait=1)
+            c.execute("ROLLBACK")
+            assert not api.stale_statement(refused.value)
 
 
 @pytest.mark.parametrize("kind", ["thread", "asyncio"])
